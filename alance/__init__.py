@@ -1,0 +1,53 @@
+"""alance: an asyncio-native engine for the Lance table format.
+
+The async API lives here (``await alance.open_dataset(...)``); :mod:`alance.sync` mirrors it
+name for name for blocking code.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
+from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
+from alance.dataset.scan import Scanner
+from alance.errors import (
+    AlanceError,
+    AlreadyExistsError,
+    CommitConflictError,
+    CorruptFileError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    NotFoundError,
+    PathOutsideDatasetError,
+    SchemaMismatchError,
+    StoreError,
+    UnrepresentableValueError,
+    UnsupportedFeatureError,
+)
+
+dataset = open_dataset  # pylance spelling: lance.dataset(uri)
+
+__all__ = [
+    "AlanceError",
+    "AlreadyExistsError",
+    "CommitConflictError",
+    "CommitHandler",
+    "ConditionalPutCommitHandler",
+    "CorruptFileError",
+    "DatasetNotFoundError",
+    "InvalidInputError",
+    "LanceDataset",
+    "ManifestLocation",
+    "NotFoundError",
+    "PathOutsideDatasetError",
+    "Scanner",
+    "SchemaMismatchError",
+    "StoreError",
+    "UnrepresentableValueError",
+    "UnsupportedFeatureError",
+    "__version__",
+    "dataset",
+    "open_dataset",
+    "write_dataset",
+]

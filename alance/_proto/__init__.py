@@ -1,0 +1,8 @@
+"""Generated protobuf bindings for the Lance format (do not edit by hand).
+
+Regenerate with ``.venv/bin/python protos/generate.py``; sources live in ``protos/``.
+"""
+
+from . import file_pb2, rowids_pb2, table_pb2, transaction_pb2
+
+__all__ = ["file_pb2", "rowids_pb2", "table_pb2", "transaction_pb2"]

@@ -1,0 +1,157 @@
+"""Reading fragments: data files, deletion files, and columns no data file holds (nulls).
+
+:class:`ReadContext` belongs to one dataset version and caches what is immutable in it (opened
+data file metadata, deletion vectors). :class:`FragmentReader` assembles the projected columns
+of one fragment from however many data files hold them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from alance._proto import table_pb2
+from alance.dataset.data_file import DataFileReader
+from alance.dataset.snapshot import Snapshot
+from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.format.deletion import DeletionFileKind, decode_deletion_file, deletion_file_path
+from alance.format.schema import LanceField, LanceSchema
+from alance.io.store import DatasetStore
+
+DATA_DIR = "data"
+TOMBSTONE_FIELD_ID = -2
+
+
+class ReadContext:
+    """Per-version read state shared by scans and takes of one dataset object."""
+
+    def __init__(self, store: DatasetStore, snapshot: Snapshot) -> None:
+        self.store = store
+        self.snapshot = snapshot
+        self.schema = snapshot.schema
+        self._files: dict[str, DataFileReader] = {}
+        self._deletions: dict[int, np.ndarray | None] = {}
+
+    async def data_file(self, data_file: table_pb2.DataFile, schema: LanceSchema,
+                        ) -> DataFileReader:
+        """The opened reader of a data file (its metadata read once per version)."""
+        reader = self._files.get(data_file.path)
+        if reader is None:
+            if data_file.HasField("base_id"):
+                raise UnsupportedFeatureError("data files under other base paths are not "
+                                              "supported yet")
+            if data_file.file_major_version >= 2:
+                raise UnsupportedFeatureError(
+                    f"data file {data_file.path} uses file format "
+                    f"{data_file.file_major_version}.{data_file.file_minor_version}; alance "
+                    "reads only v0.1/v0.2 data files so far")
+            size = data_file.file_size_bytes or None
+            reader = await DataFileReader.open(self.store, f"{DATA_DIR}/{data_file.path}",
+                                               schema, size)
+            self._files[data_file.path] = reader
+        return reader
+
+    async def deleted_offsets(self, fragment: table_pb2.DataFragment) -> np.ndarray | None:
+        """Sorted physical offsets of the fragment's deleted rows (``None``: no deletions)."""
+        if not fragment.HasField("deletion_file"):
+            return None
+        if fragment.id in self._deletions:
+            return self._deletions[fragment.id]
+        df = fragment.deletion_file
+        kind = DeletionFileKind(df.file_type)
+        path = deletion_file_path(fragment.id, df.read_version, df.id, kind)
+        offsets = decode_deletion_file(kind, await self.store.get(path))
+        if df.num_deleted_rows and len(offsets) != df.num_deleted_rows:
+            raise CorruptFileError(
+                f"{path}: holds {len(offsets)} deleted rows, manifest says {df.num_deleted_rows}")
+        if len(offsets) and int(offsets[-1]) >= fragment.physical_rows:
+            raise CorruptFileError(f"{path}: deletes row {int(offsets[-1])} of a fragment with "
+                                   f"{fragment.physical_rows} rows")
+        self._deletions[fragment.id] = offsets
+        return offsets
+
+    def fragment(self, fragment: table_pb2.DataFragment) -> FragmentReader:
+        """A reader for one fragment of this version."""
+        return FragmentReader(self, fragment)
+
+
+def live_rows(fragment: table_pb2.DataFragment) -> int:
+    """Rows of a fragment that are not deleted, from the manifest alone."""
+    deleted = fragment.deletion_file.num_deleted_rows if fragment.HasField("deletion_file") else 0
+    return int(fragment.physical_rows) - int(deleted)
+
+
+class FragmentReader:
+    """Reads projected columns of one fragment by physical row range or row offsets."""
+
+    def __init__(self, ctx: ReadContext, fragment: table_pb2.DataFragment) -> None:
+        self.ctx = ctx
+        self.fragment = fragment
+        self.id = int(fragment.id)
+        self.physical_rows = int(fragment.physical_rows)
+
+    def _owners(self, projection: Sequence[LanceField],
+                ) -> list[tuple[table_pb2.DataFile, list[LanceField]]]:
+        """Which data file holds which projected top-level field (fields of no file omitted)."""
+        where: dict[int, int] = {}
+        for i, f in enumerate(self.fragment.files):
+            for fid in f.fields:
+                if fid != TOMBSTONE_FIELD_ID:
+                    where.setdefault(fid, i)
+        groups: dict[int, list[LanceField]] = {}
+        for field in projection:
+            idx = where.get(field.id)
+            if idx is not None:
+                groups.setdefault(idx, []).append(field)
+        return [(self.fragment.files[i], fields) for i, fields in sorted(groups.items())]
+
+    def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
+        return self.ctx.schema.with_ids(f for f in data_file.fields if f != TOMBSTONE_FIELD_ID)
+
+    async def row_group_bounds(self) -> np.ndarray:
+        """Row offsets where the first data file's row groups start (plus the end)."""
+        if not self.fragment.files:
+            return np.array([0, self.physical_rows], dtype=np.int64)
+        first = self.fragment.files[0]
+        reader = await self.ctx.data_file(first, self._file_schema(first))
+        return reader.row_group_bounds
+
+    async def _assemble(self, projection: Sequence[LanceField], num_rows: int,
+                        parts: list[tuple[list[LanceField], Awaitable[pa.RecordBatch]]],
+                        ) -> pa.RecordBatch:
+        columns: dict[int, pa.Array] = {}
+        batches = await asyncio.gather(*(aw for _, aw in parts))
+        for (fields, _), batch in zip(parts, batches, strict=True):
+            if batch.num_rows != num_rows:
+                raise CorruptFileError(
+                    f"fragment {self.id}: a data file returned {batch.num_rows} rows, "
+                    f"expected {num_rows}")
+            for f, col in zip(fields, batch.columns, strict=True):
+                columns[f.id] = col
+        arrays = [columns[f.id] if f.id in columns else pa.nulls(num_rows, f.data_type)
+                  for f in projection]
+        schema = pa.schema([f.to_arrow() for f in projection])
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    async def read_range(self, projection: Sequence[LanceField], start: int, end: int,
+                         ) -> pa.RecordBatch:
+        """Physical rows ``[start, end)`` of the projected fields (deleted rows included)."""
+        parts = []
+        for data_file, fields in self._owners(projection):
+            reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
+            sub = LanceSchema(fields)
+            parts.append((fields, reader.read_range(sub, start, end)))
+        return await self._assemble(projection, end - start, parts)
+
+    async def read_rows(self, projection: Sequence[LanceField], offsets: np.ndarray,
+                        ) -> pa.RecordBatch:
+        """The rows at sorted, unique physical ``offsets`` (reads only pages that hold them)."""
+        parts = []
+        for data_file, fields in self._owners(projection):
+            reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
+            sub = LanceSchema(fields)
+            parts.append((fields, reader.read_rows(sub, offsets)))
+        return await self._assemble(projection, len(offsets), parts)

@@ -1,0 +1,233 @@
+"""Scans: projection, filter, limit/offset and system columns over a dataset version.
+
+A scan is cut into *chunks* (runs of whole row groups of one fragment, about ``batch_size``
+rows). Up to ``read_ahead`` chunks are read concurrently while results stream out in dataset
+order; a scan that stops early (limit reached, consumer gone) cancels what is still in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from alance._proto import table_pb2
+from alance.dataset.read import FragmentReader, ReadContext, live_rows
+from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.filter import compile_filter, filter_columns
+from alance.format.feature_flags import FeatureFlag
+from alance.format.schema import LanceField
+
+ROW_ID = "_rowid"
+ROW_ADDRESS = "_rowaddr"
+SYSTEM_COLUMNS = (ROW_ID, ROW_ADDRESS)
+DEFAULT_BATCH_SIZE = 8192
+DEFAULT_READ_AHEAD = 8
+
+
+def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
+    """Row addresses ``fragment_id << 32 | offset`` as a uint64 array."""
+    return pa.array((np.uint64(fragment_id) << np.uint64(32)) | offsets.astype(np.uint64),
+                    pa.uint64())
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    fragment: FragmentReader
+    start: int
+    end: int
+
+
+class Scanner:
+    """A configured scan of one dataset version (see :meth:`LanceDataset.scanner`)."""
+
+    def __init__(self, ctx: ReadContext, *, columns: Sequence[str] | None = None,
+                 filter: str | pc.Expression | None = None, limit: int | None = None,
+                 offset: int | None = None, batch_size: int | None = None,
+                 with_row_id: bool = False, with_row_address: bool = False,
+                 fragments: Sequence[Any] | None = None,
+                 read_ahead: int = DEFAULT_READ_AHEAD) -> None:
+        self.ctx = ctx
+        schema = ctx.schema
+        if limit is not None and limit < 0:
+            raise InvalidInputError("limit must be >= 0")
+        if offset is not None and offset < 0:
+            raise InvalidInputError("offset must be >= 0")
+        if batch_size is not None and batch_size < 1:
+            raise InvalidInputError("batch_size must be >= 1")
+        names = list(columns) if columns is not None else schema.names
+        for n in names:
+            if n in SYSTEM_COLUMNS:
+                raise InvalidInputError(f"use with_row_id/with_row_address to get {n}")
+        self.projection: list[LanceField] = [schema.field(n) for n in names]
+        if with_row_id and ctx.snapshot.manifest.reader_feature_flags & FeatureFlag.STABLE_ROW_IDS:
+            raise UnsupportedFeatureError("_rowid of datasets with stable row ids is not "
+                                          "supported yet")
+        self.with_row_id = with_row_id
+        self.with_row_address = with_row_address
+        self.limit = limit
+        self.offset = offset or 0
+        self.batch_size = batch_size or DEFAULT_BATCH_SIZE
+        self.read_ahead = max(1, read_ahead)
+        arrow_schema = schema.to_arrow()
+        self.filter: pc.Expression | None = None
+        filter_names: list[str] = []
+        if isinstance(filter, str) and filter.strip():
+            self.filter = compile_filter(filter, arrow_schema, extra_columns=SYSTEM_COLUMNS)
+            filter_names = filter_columns(filter, arrow_schema, extra_columns=SYSTEM_COLUMNS)
+        elif isinstance(filter, pc.Expression):
+            self.filter = filter
+            filter_names = list(schema.names) + list(SYSTEM_COLUMNS)
+        elif filter is not None and not isinstance(filter, str):
+            raise InvalidInputError("filter must be a SQL string or a pyarrow.compute.Expression")
+        self._filter_system = [n for n in SYSTEM_COLUMNS if n in filter_names]
+        extra = [schema.field(n) for n in filter_names
+                 if n not in SYSTEM_COLUMNS and n not in names]
+        self.read_fields = self.projection + extra
+        if fragments is None:
+            self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
+        else:
+            wanted = {int(getattr(f, "id", f)) for f in fragments}
+            self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields."""
+        fields = [f.to_arrow() for f in self.projection]
+        if self.with_row_id:
+            fields.append(pa.field(ROW_ID, pa.uint64(), True))
+        if self.with_row_address:
+            fields.append(pa.field(ROW_ADDRESS, pa.uint64(), True))
+        return pa.schema(fields)
+
+    # -- planning ----------------------------------------------------------------------------
+    async def _chunks(self) -> AsyncIterator[_Chunk]:
+        skip = self.offset if self.filter is None else 0
+        for frag in self.fragments:
+            live = live_rows(frag)
+            if skip and live <= skip:
+                skip -= live  # the whole fragment lies before the offset: never read it
+                continue
+            reader = self.ctx.fragment(frag)
+            bounds = await reader.row_group_bounds()
+            start = 0
+            for i in range(1, len(bounds)):
+                end = int(bounds[i])
+                if end - start >= self.batch_size or i == len(bounds) - 1:
+                    if end > start:
+                        yield _Chunk(reader, start, end)
+                    start = end
+            if start < reader.physical_rows:  # rows past the first file's groups (defensive)
+                yield _Chunk(reader, start, reader.physical_rows)
+
+    @property
+    def _skipped_before_reading(self) -> int:
+        return 0
+
+    async def _read_chunk(self, chunk: _Chunk) -> pa.RecordBatch:
+        batch = await chunk.fragment.read_range(self.read_fields, chunk.start, chunk.end)
+        offsets = np.arange(chunk.start, chunk.end, dtype=np.uint64)
+        deleted = await self.ctx.deleted_offsets(chunk.fragment.fragment)
+        if deleted is not None and len(deleted):
+            keep = ~np.isin(offsets, deleted.astype(np.uint64), assume_unique=True)
+            if not keep.all():
+                batch = batch.filter(pa.array(keep))
+                offsets = offsets[keep]
+        needs_addr = self.with_row_id or self.with_row_address or self._filter_system
+        if needs_addr:
+            addr = row_addresses(chunk.fragment.id, offsets)
+            for name in SYSTEM_COLUMNS:
+                batch = batch.append_column(pa.field(name, pa.uint64(), True), addr)
+        if self.filter is not None:
+            try:
+                batch = batch.filter(self.filter)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
+        return batch.select(self.output_schema.names)
+
+    async def _filtered_batches(self) -> AsyncIterator[pa.RecordBatch]:
+        pending: list[asyncio.Task[pa.RecordBatch]] = []
+        chunks = self._chunks()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < self.read_ahead:
+                    chunk = await anext(chunks, None)
+                    if chunk is None:
+                        exhausted = True
+                        break
+                    pending.append(asyncio.ensure_future(self._read_chunk(chunk)))
+                if not pending:
+                    return
+                yield await pending.pop(0)
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            await chunks.aclose()
+
+    # -- results -----------------------------------------------------------------------------
+    async def to_batches(self) -> AsyncIterator[pa.RecordBatch]:
+        """Stream the result as record batches of at most ``batch_size`` rows."""
+        skip = self.offset
+        if self.filter is None:
+            skip -= sum(live_rows(f) for f in self._skipped_fragments())
+        remaining = self.limit
+        if remaining == 0:
+            return
+        stream = self._filtered_batches()
+        try:
+            async for batch in stream:
+                if skip:
+                    if batch.num_rows <= skip:
+                        skip -= batch.num_rows
+                        continue
+                    batch = batch.slice(skip)
+                    skip = 0
+                if remaining is not None:
+                    if batch.num_rows >= remaining:
+                        batch = batch.slice(0, remaining)
+                        remaining = 0
+                    else:
+                        remaining -= batch.num_rows
+                for start in range(0, batch.num_rows, self.batch_size):
+                    yield batch.slice(start, self.batch_size)
+                if remaining == 0:
+                    return
+        finally:
+            await stream.aclose()
+
+    def _skipped_fragments(self) -> list[table_pb2.DataFragment]:
+        skipped, skip = [], self.offset
+        for frag in self.fragments:
+            live = live_rows(frag)
+            if not skip or live > skip:
+                break
+            skip -= live
+            skipped.append(frag)
+        return skipped
+
+    async def to_table(self) -> pa.Table:
+        """The whole result as one table."""
+        batches = [b async for b in self.to_batches()]
+        return pa.Table.from_batches(batches, schema=self.output_schema)
+
+    async def count_rows(self) -> int:
+        """Number of result rows; without a filter this reads no data."""
+        if self.filter is None:
+            total = sum(live_rows(f) for f in self.fragments)
+            total = max(0, total - self.offset)
+            return total if self.limit is None else min(total, self.limit)
+        counter = Scanner(self.ctx, columns=[], filter=None)
+        counter.__dict__.update(self.__dict__)
+        counter.projection = []
+        count = 0
+        async for batch in counter.to_batches():
+            count += batch.num_rows
+        return count

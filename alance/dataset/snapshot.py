@@ -1,0 +1,70 @@
+"""Loading one version of a dataset: its manifest file, checked and decoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from alance._proto import table_pb2
+from alance.commit.handler import CommitHandler, ManifestLocation
+from alance.format.feature_flags import check_reader_flags
+from alance.format.manifest import ManifestFile, decode_manifest_file
+from alance.format.schema import LanceSchema
+from alance.io.store import DatasetStore
+
+
+@dataclass
+class Snapshot:
+    """The state of a dataset at one version (immutable once loaded)."""
+
+    location: ManifestLocation
+    manifest_file: ManifestFile
+
+    @property
+    def manifest(self) -> table_pb2.Manifest:
+        """The Manifest message of this version."""
+        return self.manifest_file.manifest
+
+    @property
+    def version(self) -> int:
+        """The version number."""
+        return int(self.manifest.version)
+
+    @cached_property
+    def schema(self) -> LanceSchema:
+        """The dataset schema at this version."""
+        return LanceSchema.from_protos(self.manifest.fields, dict(self.manifest.schema_metadata))
+
+    @property
+    def fragments(self) -> list[table_pb2.DataFragment]:
+        """Fragments of this version, in dataset order."""
+        return list(self.manifest.fragments)
+
+    @property
+    def data_storage_version(self) -> str:
+        """The data file version of the dataset (``"0.1"`` for v0.1/v0.2 files, ``"2.0"``...)."""
+        fmt = self.manifest.data_format
+        return fmt.version if self.manifest.HasField("data_format") else "0.1"
+
+
+async def load_snapshot(store: DatasetStore, handler: CommitHandler,
+                        version: int | None = None) -> Snapshot:
+    """Read and check the manifest of ``version`` (the latest when ``None``).
+
+    Raises :class:`~alance.errors.DatasetNotFoundError`, :class:`~alance.errors.NotFoundError`
+    for a missing version, :class:`~alance.errors.CorruptFileError` for a bad manifest, and
+    :class:`~alance.errors.UnsupportedFeatureError` for reader feature flags alance lacks.
+    """
+    if version is None:
+        location = await handler.latest(store)
+    else:
+        location = await handler.resolve(store, version)
+    return await load_snapshot_at(store, location)
+
+
+async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> Snapshot:
+    """Read and check the manifest at a known location."""
+    data = await store.get(location.path)
+    manifest_file = decode_manifest_file(data)
+    check_reader_flags(manifest_file.manifest.reader_feature_flags)
+    return Snapshot(location, manifest_file)

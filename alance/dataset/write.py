@@ -1,0 +1,110 @@
+"""Streaming fragment writer: record batches in, data files out, fragment metadata returned.
+
+Each data file is uploaded while it is produced: row groups are encoded one at a time and their
+bytes handed to the store's streaming writer, so memory is bounded by one row group plus the
+store's upload buffer, whatever the size of the input.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from alance._proto import table_pb2
+from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.format.legacy.writer import LegacyFileWriter
+from alance.format.schema import LanceSchema
+from alance.io.store import DatasetStore
+
+DATA_DIR = "data"
+#: Data storage versions this writer produces, by the names users may give.
+LEGACY_NAMES = {None: "0.1", "legacy": "0.1", "0.1": "0.1", "0.2": "0.1"}
+
+
+@dataclass(frozen=True)
+class WriteParams:
+    """Limits that shape data files."""
+
+    max_rows_per_file: int = 1024 * 1024
+    max_rows_per_group: int = 1024
+    max_bytes_per_file: int = 90 * 1024**3
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows_per_file", "max_rows_per_group", "max_bytes_per_file"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"{name} must be at least 1")
+
+
+def storage_version_for(requested: str | None) -> str:
+    """The manifest ``data_format.version`` for a user's ``data_storage_version`` argument."""
+    try:
+        return LEGACY_NAMES[requested]
+    except KeyError:
+        raise UnsupportedFeatureError(
+            f"data_storage_version={requested!r}: alance writes only the legacy (v0.2) file "
+            "format so far") from None
+
+
+def random_file_name() -> str:
+    """A data file name as upstream makes them: 24 random bits in binary, then 26 hex digits."""
+    raw = uuid.uuid4().bytes
+    return "".join(f"{b:08b}" for b in raw[:3]) + raw[3:].hex()
+
+
+async def write_fragments(store: DatasetStore, schema: LanceSchema,
+                          batches: AsyncIterator[pa.RecordBatch], params: WriteParams,
+                          ) -> list[table_pb2.DataFragment]:
+    """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
+
+    ``batches`` must already be grouped into row groups of at most ``max_rows_per_group``
+    rows. On any error, the files this call wrote are deleted before the error propagates.
+    """
+    fragments: list[table_pb2.DataFragment] = []
+    written: list[str] = []
+    field_ids = schema.field_ids()
+    try:
+        pending: pa.RecordBatch | None = None
+        while True:
+            if pending is None:
+                pending = await anext(batches, None)
+            if pending is None:
+                break
+            name = f"{random_file_name()}.lance"
+            path = f"{DATA_DIR}/{name}"
+            written.append(path)
+            encoder = LegacyFileWriter(schema)
+            rows = 0
+            async with store.open_writer(path) as out:
+                while pending is not None:
+                    room = params.max_rows_per_file - rows
+                    group, pending = (pending, None) if pending.num_rows <= room else (
+                        pending.slice(0, room), pending.slice(room))
+                    await out.write(encoder.write_batch(group))
+                    rows += group.num_rows
+                    if rows >= params.max_rows_per_file or (
+                            out.bytes_written >= params.max_bytes_per_file):
+                        break
+                    if pending is None:
+                        pending = await anext(batches, None)
+                await out.write(encoder.finish())
+                size = out.bytes_written
+            frag = table_pb2.DataFragment(physical_rows=rows)
+            frag.files.add(path=name, fields=field_ids, file_major_version=0,
+                           file_minor_version=2, file_size_bytes=size)
+            fragments.append(frag)
+    except BaseException:
+        for path in written:
+            await store.delete(path)
+        raise
+    return fragments
+
+
+async def delete_fragment_files(store: DatasetStore,
+                                fragments: list[table_pb2.DataFragment]) -> None:
+    """Delete the data files of fragments that were written but will not be committed."""
+    for frag in fragments:
+        for f in frag.files:
+            await store.delete(f"{DATA_DIR}/{f.path}")

@@ -1,0 +1,93 @@
+"""The exceptions alance raises.
+
+Every error alance raises on purpose derives from :class:`AlanceError`::
+
+    AlanceError
+    ├── InvalidInputError (also ValueError)
+    │   ├── SchemaMismatchError
+    │   ├── UnrepresentableValueError
+    │   └── PathOutsideDatasetError
+    ├── NotFoundError (also FileNotFoundError)
+    │   └── DatasetNotFoundError
+    ├── AlreadyExistsError (also FileExistsError)
+    ├── CorruptFileError
+    ├── UnsupportedFeatureError
+    ├── CommitConflictError
+    └── StoreError
+
+Lower layers (obstore, protobuf, pyarrow) are mapped to these at the boundary where alance calls
+them, with the original exception chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class AlanceError(Exception):
+    """Root of every error alance raises on purpose."""
+
+
+class InvalidInputError(AlanceError, ValueError):
+    """The caller passed something alance cannot accept (bad argument, bad data)."""
+
+
+class SchemaMismatchError(InvalidInputError):
+    """Data does not match the dataset's schema (e.g. appending a different schema)."""
+
+
+class UnrepresentableValueError(InvalidInputError):
+    """A value cannot be stored faithfully in the chosen file format version.
+
+    alance refuses such data rather than silently changing it.
+    """
+
+
+class PathOutsideDatasetError(InvalidInputError):
+    """A path (e.g. in a manifest) would escape the dataset root."""
+
+
+class NotFoundError(AlanceError, FileNotFoundError):
+    """An object, version or column does not exist."""
+
+
+class DatasetNotFoundError(NotFoundError):
+    """No dataset (no committed version) exists at the given location."""
+
+
+class AlreadyExistsError(AlanceError, FileExistsError):
+    """An object that must be new already exists (e.g. creating an existing dataset)."""
+
+
+class CorruptFileError(AlanceError):
+    """A file's bytes do not decode: truncated, wrong magic, bad protobuf, bad offsets."""
+
+
+class UnsupportedFeatureError(AlanceError):
+    """The data uses a feature this version of alance does not implement (e.g. a feature flag)."""
+
+
+class CommitConflictError(AlanceError):
+    """Another writer committed the version this commit tried to create.
+
+    Raised by commit handlers when the atomic create of a manifest loses a race, and by the
+    commit loop when a conflict cannot be resolved by rebasing within the retry budget.
+    """
+
+
+class StoreError(AlanceError):
+    """The object store failed in a way that is not one of the more specific errors."""
+
+
+__all__ = [
+    "AlanceError",
+    "AlreadyExistsError",
+    "CommitConflictError",
+    "CorruptFileError",
+    "DatasetNotFoundError",
+    "InvalidInputError",
+    "NotFoundError",
+    "PathOutsideDatasetError",
+    "SchemaMismatchError",
+    "StoreError",
+    "UnrepresentableValueError",
+    "UnsupportedFeatureError",
+]

@@ -1,0 +1,324 @@
+"""Encoding Arrow arrays into v0.1/v0.2 pages (no IO).
+
+Encodings, per Arrow type:
+
+* **plain** — fixed-width values back to back: integers, floats (incl. half), dates, times,
+  timestamps, durations, decimals, fixed-size binary. Booleans are bit-packed (LSB first).
+  A fixed-size list is its flattened items encoded plainly (recursively), in one page.
+  Validity is not stored: a null cannot be written.
+* **var-binary** — string/binary/large variants: the value bytes, then ``n + 1`` int64
+  *absolute file positions* (start of each value, then the end of the last one). The page
+  position is the position of that offsets array. A value whose start equals its end reads back
+  as null when the field is nullable (so an empty value cannot be written to a nullable field).
+* **dictionary** — the keys, plain. The values live elsewhere (see
+  :func:`encode_dictionary_values`).
+* **list / large_list** — ``n + 1`` int32/int64 offsets, rebased to start at 0 in each row group
+  (the page length is ``n + 1``), followed by the child column's pages. A null list cannot be
+  written (it would read back as empty).
+* **struct** — no page of its own; its children follow. A null struct cannot be written.
+* **null** — no bytes; the page records the position and the row count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from alance.errors import (
+    SchemaMismatchError,
+    UnrepresentableValueError,
+    UnsupportedFeatureError,
+)
+from alance.format.schema import LanceField, logical_type_of
+
+# Called for each (field, array) pair that gets page statistics: top-level fields and fields
+# nested in structs only (never inside lists), like upstream.
+StatsHook = Callable[[LanceField, pa.Array], None]
+
+
+class ByteSink:
+    """Collects output bytes and knows the absolute file position of the next byte."""
+
+    def __init__(self, position: int):
+        self.position = position
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes | memoryview) -> None:
+        """Append bytes."""
+        if len(data):
+            self.parts.append(bytes(data))
+            self.position += len(data)
+
+    def getvalue(self) -> bytes:
+        """Everything written, joined."""
+        return b"".join(self.parts)
+
+
+@dataclass
+class DictionaryState:
+    """Dictionary values of the dictionary columns seen so far (field id -> values).
+
+    Later batches whose dictionary differs are re-keyed into this one (new values are
+    appended), so keys written earlier stay valid.
+    """
+
+    values: dict[int, pa.Array] = field(default_factory=dict)
+
+
+def _storage(arr: pa.Array) -> pa.Array:
+    return arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+
+
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    return t.storage_type if isinstance(t, pa.ExtensionType) else t
+
+
+def is_var_binary(t: pa.DataType) -> bool:
+    """String, binary and their large variants."""
+    return (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+            or pa.types.is_large_binary(t))
+
+
+def is_fixed_stride(t: pa.DataType) -> bool:
+    """Types stored with plain encoding (a fixed number of bits per value)."""
+    return (pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
+            or pa.types.is_temporal(t) or pa.types.is_decimal(t)
+            or pa.types.is_fixed_size_binary(t) or pa.types.is_fixed_size_list(t)) and not (
+        pa.types.is_interval(t))
+
+
+def fixed_bit_width(t: pa.DataType) -> int:
+    """Bits per value of a fixed-stride type (booleans: 1; fixed-size lists: size x item)."""
+    t = _storage_type(t)
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size * fixed_bit_width(t.value_type)
+    if pa.types.is_fixed_size_binary(t):
+        return 8 * t.byte_width
+    return int(t.bit_width)
+
+
+def check_type(lf: LanceField, t: pa.DataType, path: str) -> None:
+    """Raise SchemaMismatchError unless Arrow type ``t`` stores as Lance field ``lf``."""
+    t = _storage_type(t)
+    try:
+        got = logical_type_of(t)
+    except UnsupportedFeatureError as exc:
+        raise UnsupportedFeatureError(f"column {path!r}: {exc}") from exc
+    want = lf.logical_type
+    if want == "json":
+        want = "large_binary"
+    if got != want:
+        raise SchemaMismatchError(f"column {path!r}: expected {lf.logical_type}, got {t}")
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        for child in lf.children:
+            if child.name not in names:
+                raise SchemaMismatchError(f"column {path!r}: struct field {child.name!r} missing")
+            check_type(child, t.field(child.name).type, f"{path}.{child.name}")
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        check_type(lf.children[0], t.value_type, f"{path}.{lf.children[0].name}")
+    elif pa.types.is_map(t):
+        raise UnsupportedFeatureError(f"column {path!r}: maps cannot be stored in v0.2 files")
+
+
+def _refuse_nulls(arr: pa.Array, lf: LanceField, path: str, what: str) -> None:
+    if arr.null_count:
+        if not lf.nullable:
+            raise SchemaMismatchError(f"column {path!r} is not nullable but holds nulls")
+        raise UnrepresentableValueError(
+            f"column {path!r}: v0.2 files cannot store a null {what} (it would read back as "
+            "a value); use data_storage_version 2.x or fill the nulls")
+
+
+def plain_bytes(arr: pa.Array) -> bytes:
+    """The plain encoding of a fixed-stride array (nulls, if any, write their slot content)."""
+    arr = _storage(arr)
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_boolean(t):
+        if n == 0:
+            return b""
+        bits = np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+        return np.packbits(bits, bitorder="little").tobytes()
+    if pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        return plain_bytes(arr.values.slice(arr.offset * size, n * size))
+    width = fixed_bit_width(t) // 8
+    buf = arr.buffers()[1]
+    if buf is None:  # a zero-length array may have no data buffer
+        return b""
+    start = arr.offset * width
+    return memoryview(buf)[start: start + n * width].tobytes()
+
+
+def var_binary_bytes(arr: pa.Array, position: int) -> tuple[bytes, bytes]:
+    """(data, offsets) of a var-binary page whose first data byte lands at ``position``."""
+    arr = _storage(arr)
+    if arr.null_count:
+        arr = pc.if_else(arr.is_null(), pa.scalar(b"", arr.type), arr)  # null -> zero length
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype="<i8" if large else "<i4",
+                            count=arr.offset + n + 1) if bufs[1] is not None else np.zeros(1)
+    offsets = offsets[arr.offset: arr.offset + n + 1].astype("<i8")
+    if len(offsets) == 0:
+        offsets = np.zeros(1, dtype="<i8")
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = memoryview(bufs[2])[lo:hi].tobytes() if bufs[2] is not None and hi > lo else b""
+    positions = offsets - lo + position
+    return data, positions.astype("<i8").tobytes()
+
+
+def _check_var_binary(arr: pa.Array, lf: LanceField, path: str) -> None:
+    if lf.nullable:
+        if len(arr) and pc.any(pc.equal(pc.binary_length(arr), 0)).as_py():
+            raise UnrepresentableValueError(
+                f"column {path!r}: v0.2 files cannot store an empty string/binary in a "
+                "nullable column (it would read back as null)")
+    elif arr.null_count:
+        raise SchemaMismatchError(f"column {path!r} is not nullable but holds nulls")
+
+
+def _check_fixed(arr: pa.Array, lf: LanceField, path: str) -> None:
+    """Refuse nulls anywhere in a fixed-stride value (including fixed-size list items)."""
+    _refuse_nulls(arr, lf, path, "value")
+    t = arr.type
+    if pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        items = arr.values.slice(arr.offset * size, len(arr) * size)
+        if items.null_count:
+            raise UnrepresentableValueError(
+                f"column {path!r}: v0.2 files cannot store null items in a fixed-size list")
+        _check_fixed(items, LanceField(-1, "item", "", nullable=True), path)
+
+
+def encode_dictionary_values(values: pa.Array, position: int) -> tuple[bytes, int]:
+    """Encode dictionary values whose first byte lands at file ``position``.
+
+    Returns ``(bytes, offset)``: record ``(offset, len(values))`` as the field's dictionary.
+    Binary-like values use var-binary encoding (offset = position of the offsets array);
+    numeric values are plain (offset = ``position``).
+    """
+    values = _storage(values)
+    if is_var_binary(values.type):
+        data, offsets = var_binary_bytes(values, position)
+        return data + offsets, position + len(data)
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
+        return plain_bytes(values), position
+    raise UnsupportedFeatureError(
+        f"dictionary values of type {values.type} cannot be stored in v0.2 files")
+
+
+def _unify_dictionary(lf: LanceField, arr: pa.DictionaryArray, state: DictionaryState,
+                      path: str) -> tuple[pa.Array, pa.Array | None]:
+    """Keys of ``arr`` expressed against the file's dictionary, and the new dictionary."""
+    values = _storage(arr.dictionary)
+    if is_var_binary(values.type) and len(values) and pc.any(
+            pc.equal(pc.binary_length(values), 0)).as_py():
+        raise UnrepresentableValueError(
+            f"column {path!r}: v0.2 files cannot store an empty string in a dictionary "
+            "(it would read back as null)")
+    current = state.values.get(lf.id)
+    if current is None:
+        return arr.indices, values
+    if current.equals(values):
+        return arr.indices, None
+    found = pc.fill_null(pc.index_in(values, value_set=current), -1)
+    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    missing = pos < 0
+    added = values.filter(pa.array(missing)) if missing.any() else None
+    merged = pa.concat_arrays([current, added]) if added is not None else current
+    pos[missing] = len(current) + np.arange(int(missing.sum()))
+    key_type = arr.indices.type
+    limit = np.iinfo(key_type.to_pandas_dtype()).max
+    if len(merged) - 1 > limit:
+        raise UnrepresentableValueError(
+            f"column {path!r}: the file's dictionary outgrows key type {key_type}")
+    keys = np.asarray(arr.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    new_keys = pa.array(pos[keys], type=key_type)
+    return new_keys, (merged if added is not None else None)
+
+
+def encode_field(lf: LanceField, arr: pa.Array, sink: ByteSink,
+                 pages: dict[int, tuple[int, int]], dicts: DictionaryState,
+                 new_dicts: dict[int, pa.Array], *, path: str, check: bool = True,
+                 stats: StatsHook | None = None) -> None:
+    """Append the pages of one column (and its children) to ``sink``.
+
+    Records ``pages[field_id] = (position, length)``; dictionary columns whose dictionary must
+    change put the new values into ``new_dicts`` (the caller commits them). With ``check``,
+    values v0.2 cannot hold faithfully raise UnrepresentableValueError first.
+    """
+    arr = _storage(arr)
+    t = arr.type
+    n = len(arr)
+    if stats is not None and not (pa.types.is_struct(t) or pa.types.is_list(t)
+                                  or pa.types.is_large_list(t)):
+        stats(lf, arr)
+    if pa.types.is_null(t):
+        if check and not lf.nullable and n:
+            raise SchemaMismatchError(f"column {path!r} is not nullable but holds nulls")
+        pages[lf.id] = (sink.position, n)
+    elif pa.types.is_dictionary(t):
+        if check:
+            _refuse_nulls(arr.indices, lf, path, "dictionary key")
+        keys, new_values = _unify_dictionary(lf, arr, dicts, path)
+        if new_values is not None:
+            new_dicts[lf.id] = new_values
+        pages[lf.id] = (sink.position, n)
+        sink.write(plain_bytes(keys))
+    elif is_var_binary(t):
+        if check:
+            _check_var_binary(arr, lf, path)
+        data, offsets = var_binary_bytes(arr, sink.position)
+        sink.write(data)
+        pages[lf.id] = (sink.position, n)
+        sink.write(offsets)
+    elif is_fixed_stride(t):
+        if check:
+            _check_fixed(arr, lf, path)
+        pages[lf.id] = (sink.position, n)
+        sink.write(plain_bytes(arr))
+    elif pa.types.is_struct(t):
+        if check:
+            _refuse_nulls(arr, lf, path, "struct")
+        for child in lf.children:
+            encode_field(child, arr.field(child.name), sink, pages, dicts, new_dicts,
+                         path=f"{path}.{child.name}", check=check, stats=stats)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        if check:
+            _refuse_nulls(arr, lf, path, "list")
+        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False))
+        lo = int(offsets[0]) if len(offsets) else 0
+        hi = int(offsets[-1]) if len(offsets) else 0
+        rebased = (offsets - lo).astype("<i8" if pa.types.is_large_list(t) else "<i4")
+        if len(rebased) == 0:
+            rebased = np.zeros(1, dtype=rebased.dtype)
+        pages[lf.id] = (sink.position, len(rebased))
+        sink.write(rebased.tobytes())
+        child = lf.children[0]
+        encode_field(child, arr.values.slice(lo, hi - lo), sink, pages, dicts, new_dicts,
+                     path=f"{path}.{child.name}", check=check, stats=None)
+    else:
+        raise UnsupportedFeatureError(f"column {path!r}: type {t} cannot be stored in v0.2 files")
+
+
+__all__ = [
+    "ByteSink",
+    "DictionaryState",
+    "check_type",
+    "encode_dictionary_values",
+    "encode_field",
+    "fixed_bit_width",
+    "is_fixed_stride",
+    "is_var_binary",
+    "plain_bytes",
+    "var_binary_bytes",
+]

@@ -1,0 +1,145 @@
+"""Sans-IO read plans: generators that ask for byte ranges and return a decoded result.
+
+A *plan* is a generator. Each step it yields a list of ``(start, end)`` byte ranges of the file
+(end exclusive) and expects, via ``send``, a list with the bytes of each range in the same
+order. When it has what it needs it returns its result (``StopIteration.value``). The IO layer
+drives plans however it likes (e.g. fetching each step's ranges concurrently); format code
+never does IO::
+
+    plan = reader.read_batch(0)
+    request = next(plan)
+    while True:
+        try:
+            request = plan.send([fetch(s, e) for s, e in request])
+        except StopIteration as done:
+            batch = done.value
+            break
+
+:func:`run_plan` is that loop for synchronous callers and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from alance.errors import CorruptFileError
+
+T = TypeVar("T")
+Range = tuple[int, int]
+Plan = Generator[list[Range], list[bytes], T]
+
+
+def run_plan(plan: Plan[T], fetch: Callable[[list[Range]], Sequence[bytes]]) -> T:
+    """Drive ``plan`` to completion, answering each step with ``fetch(ranges)``."""
+    try:
+        request = next(plan)
+        while True:
+            request = plan.send(list(fetch(request)))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def fetch_from(data: bytes | memoryview) -> Callable[[list[Range]], list[bytes]]:
+    """A ``fetch`` for :func:`run_plan` over a file held in memory (truncates like a store)."""
+    view = memoryview(data)
+
+    def fetch(ranges: list[Range]) -> list[bytes]:
+        return [bytes(view[s:e]) for s, e in ranges]
+
+    return fetch
+
+
+def gather(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
+    """Run several plans in lockstep: each step asks for the union of their requests."""
+    results: list[Any] = [None] * len(plans)
+    pending: dict[int, list[Range]] = {}
+    for i, p in enumerate(plans):
+        try:
+            pending[i] = next(p)
+        except StopIteration as done:
+            results[i] = done.value
+    while pending:
+        order = list(pending)
+        request = [r for i in order for r in pending[i]]
+        response = yield request
+        if len(response) != len(request):
+            raise CorruptFileError("IO layer returned the wrong number of ranges")
+        pos = 0
+        for i in order:
+            n = len(pending[i])
+            part, pos = list(response[pos: pos + n]), pos + n
+            try:
+                pending[i] = plans[i].send(part)
+            except StopIteration as done:
+                results[i] = done.value
+                del pending[i]
+    return results
+
+
+def merge_ranges(ranges: Sequence[Range], gap: int) -> tuple[list[Range], np.ndarray,
+                                                              np.ndarray]:
+    """Coalesce ranges whose gap is at most ``gap`` bytes.
+
+    Returns the merged ranges and, for each input range, the index of the merged range that
+    holds it and its offset inside that merged range. Empty ranges map to index -1.
+    """
+    if not ranges:
+        return [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    starts, ends = arr[:, 0], arr[:, 1]
+    nonempty = ends > starts
+    group = np.full(len(arr), -1, dtype=np.int64)
+    offset = np.zeros(len(arr), dtype=np.int64)
+    idx = np.flatnonzero(nonempty)
+    if len(idx) == 0:
+        return [], group, offset
+    order = idx[np.argsort(starts[idx], kind="stable")]
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new_group = np.ones(len(s), dtype=bool)
+    new_group[1:] = s[1:] > reach[:-1] + gap
+    gid = np.cumsum(new_group) - 1
+    g_start = s[new_group]
+    g_end = np.maximum.reduceat(e, np.flatnonzero(new_group))
+    group[order] = gid
+    offset[order] = s - g_start[gid]
+    merged = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
+    return merged, group, offset
+
+
+def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
+    """Wrap ``plan`` so each step's ranges are checked against the file and coalesced."""
+    try:
+        request = next(plan)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    while True:
+        for s, e in request:
+            if s < 0 or e < s or e > file_size:
+                raise CorruptFileError(
+                    f"byte range {s}..{e} lies outside the file ({file_size} bytes)")
+        merged, group, offset = merge_ranges(request, gap)
+        response = yield merged
+        if len(response) != len(merged):
+            raise CorruptFileError("IO layer returned the wrong number of ranges")
+        for (s, e), data in zip(merged, response, strict=True):
+            if len(data) != e - s:
+                raise CorruptFileError(f"short read at {s}..{e}: file truncated?")
+        parts: list[bytes] = []
+        for (s, e), g, off in zip(request, group.tolist(), offset.tolist(), strict=True):
+            if g < 0:
+                parts.append(b"")
+            else:
+                data = response[g]
+                whole = off == 0 and len(data) == e - s
+                parts.append(data if whole else bytes(memoryview(data)[off: off + e - s]))
+        try:
+            request = plan.send(parts)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+__all__ = ["Plan", "Range", "coalesced", "fetch_from", "gather", "merge_ranges", "run_plan"]

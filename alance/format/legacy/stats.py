@@ -1,0 +1,279 @@
+"""Page statistics of v0.1/v0.2 files: one (null_count, min, max) row per column per row group.
+
+Which columns get statistics (matching upstream writers): bool, signed/unsigned integers,
+float/double, date32/date64, decimal128, string/binary (and large variants, json) — at the top
+level or inside structs, never inside lists. The statistics are themselves stored as columns
+of a small schema whose top-level fields are structs named after the data field id::
+
+    "<field id>": struct (not nullable)
+        null_count: int64 (not nullable)
+        min_value:  <field type> (nullable)
+        max_value:  <field type>
+
+Bounds follow the format spec: integers with no non-null value use the type's min/max; floats
+ignore NaN, use -inf/+inf when unknown and record zero bounds as -0.0 (min) / +0.0 (max);
+booleans record min = "only trues", max = "any true or no false"; strings/binaries compare
+bytewise on at most 64-byte prefixes (UTF-8 safe for strings) and, when any value was cut, the
+max is incremented to stay an upper bound (null if it cannot be).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from alance._proto import file_pb2
+from alance.format.legacy.encode import ByteSink, DictionaryState, encode_field, is_var_binary
+from alance.format.legacy.layout import PageTable
+from alance.format.schema import (
+    ENC_NONE,
+    ENC_PLAIN,
+    ENC_VAR_BINARY,
+    LanceField,
+    LanceSchema,
+)
+
+PREFIX_LENGTH = 64
+
+_INT_TYPES = {
+    "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
+    "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
+    "date32:day": np.int32, "date64:ms": np.int64,
+}
+_FLOAT_TYPES = {"float": np.float32, "double": np.float64}
+_BINARY_TYPES = ("string", "binary", "large_string", "large_binary", "json")
+_I128_MIN = (-(1 << 127)).to_bytes(16, "little", signed=True)
+_I128_MAX = ((1 << 127) - 1).to_bytes(16, "little", signed=True)
+
+
+def supports_statistics(lf: LanceField) -> bool:
+    """Whether writers collect statistics for this field's type."""
+    lt = lf.logical_type
+    return (lt == "bool" or lt in _INT_TYPES or lt in _FLOAT_TYPES or lt in _BINARY_TYPES
+            or lt.startswith("decimal:128:"))
+
+
+def stats_fields(schema: LanceSchema) -> list[LanceField]:
+    """Fields that get statistics, by ascending field id (top level and inside structs)."""
+
+    def visit(fields: list[LanceField]) -> Iterator[LanceField]:
+        for f in fields:
+            yield f
+            if f.logical_type == "struct":
+                yield from visit(f.children)
+
+    return sorted((f for f in visit(schema.fields) if supports_statistics(f)),
+                  key=lambda f: f.id)
+
+
+@dataclass
+class StatsRow:
+    """Statistics of one column in one row group.
+
+    ``min_value``/``max_value`` hold raw little-endian bytes for fixed-width types, ``bool``
+    for booleans and ``bytes | None`` for binary-like types.
+    """
+
+    null_count: int
+    min_value: bytes | bool | None
+    max_value: bytes | bool | None
+
+
+def _truncate_utf8(data: bytes, length: int) -> bytes:
+    """The longest prefix of valid UTF-8 ``data`` ending on a character boundary, <= length."""
+    end = length
+    while end > 0 and (data[end] & 0xC0) == 0x80:  # data[end] starts the cut character?
+        end -= 1
+    return data[:end]
+
+
+def _increment_utf8(data: bytes) -> bytes | None:
+    """Smallest change (rightmost byte first) that makes a larger valid UTF-8 string."""
+    buf = bytearray(data)
+    for idx in range(len(buf) - 1, -1, -1):
+        original = buf[idx]
+        for candidate in range(original + 1, 256):
+            buf[idx] = candidate
+            try:
+                bytes(buf).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            return bytes(buf)
+        buf[idx] = original
+    return None
+
+
+def _increment_binary(data: bytes) -> bytes | None:
+    """Add one to ``data`` read as a big-endian number; None if every byte is 0xFF."""
+    buf = bytearray(data)
+    for idx in range(len(buf) - 1, -1, -1):
+        if buf[idx] < 0xFF:
+            buf[idx] += 1
+            return bytes(buf)
+        buf[idx] = 0
+    return None
+
+
+def compute_stats(lf: LanceField, arr: pa.Array) -> StatsRow:
+    """Statistics of one column chunk (``arr`` in its storage type)."""
+    lt = lf.logical_type
+    nulls = arr.null_count
+    has_values = len(arr) - nulls > 0
+    if lt == "bool":
+        true_present = bool(has_values and pc.any(arr).as_py())
+        false_present = bool(has_values and pc.any(pc.invert(arr)).as_py())
+        return StatsRow(nulls, true_present and not false_present,
+                        true_present or not false_present)
+    if lt in _INT_TYPES:
+        dtype = np.dtype(_INT_TYPES[lt]).newbyteorder("<")
+        if not has_values:
+            info = np.iinfo(dtype)
+            lo, hi = info.min, info.max
+        else:
+            view = arr.view(pa.from_numpy_dtype(dtype)) if lt.startswith("date") else arr
+            mm = pc.min_max(view)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        return StatsRow(nulls, np.array(lo, dtype).tobytes(), np.array(hi, dtype).tobytes())
+    if lt in _FLOAT_TYPES:
+        dtype = np.dtype(_FLOAT_TYPES[lt]).newbyteorder("<")
+        lo = hi = None
+        if has_values:
+            mm = pc.min_max(arr)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+            lo, hi = -math.inf, math.inf
+        if lo == 0.0:
+            lo = -0.0
+        if hi == 0.0:
+            hi = 0.0
+        return StatsRow(nulls, np.array(lo, dtype).tobytes(), np.array(hi, dtype).tobytes())
+    if lt.startswith("decimal:128:"):
+        if not has_values:
+            return StatsRow(nulls, _I128_MIN, _I128_MAX)
+        mm = pc.min_max(arr)
+        raw = pa.array([mm["min"], mm["max"]], type=arr.type).buffers()[1].to_pybytes()
+        return StatsRow(nulls, raw[:16], raw[16:32])
+    # binary-like
+    if not has_values:
+        return StatsRow(nulls, None, None)
+    mm = pc.min_max(arr)
+    lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
+    is_text = isinstance(lo_v, str)
+    lo_b = lo_v.encode() if is_text else bytes(lo_v)
+    hi_b = hi_v.encode() if is_text else bytes(hi_v)
+    truncated = bool(pc.max(pc.binary_length(arr)).as_py() > PREFIX_LENGTH)
+    if truncated:
+        cut = _truncate_utf8 if is_text else (lambda d, n: d[:n])
+        if len(lo_b) > PREFIX_LENGTH:
+            lo_b = cut(lo_b, PREFIX_LENGTH)
+        if len(hi_b) > PREFIX_LENGTH:
+            hi_b = cut(hi_b, PREFIX_LENGTH)
+        hi_inc = _increment_utf8(hi_b) if is_text else _increment_binary(hi_b)
+        return StatsRow(nulls, lo_b, hi_inc)
+    return StatsRow(nulls, lo_b, hi_b)
+
+
+def _stat_type(lf: LanceField) -> pa.DataType:
+    return pa.large_binary() if lf.logical_type == "json" else lf.data_type
+
+
+def _build_column(lf: LanceField, values: list[bytes | bool | None]) -> pa.Array:
+    t = _stat_type(lf)
+    if pa.types.is_boolean(t):
+        return pa.array(values, pa.bool_())
+    if is_var_binary(t):
+        large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        raw = pa.array(values, pa.large_binary() if large else pa.binary())
+        return raw.view(t) if raw.type != t else raw
+    data = b"".join(v for v in values if isinstance(v, bytes))
+    return pa.Array.from_buffers(t, len(values), [None, pa.py_buffer(data)])
+
+
+@dataclass
+class StatisticsCollector:
+    """Accumulates statistics rows per row group and writes the statistics section."""
+
+    fields: list[LanceField]
+    rows: dict[int, list[StatsRow]] = field(default_factory=dict)
+
+    @classmethod
+    def for_schema(cls, schema: LanceSchema) -> StatisticsCollector | None:
+        """A collector for the schema, or None if no field supports statistics."""
+        fields = stats_fields(schema)
+        return cls(fields, {f.id: [] for f in fields}) if fields else None
+
+    def wanted(self) -> set[int]:
+        """Field ids that get statistics."""
+        return set(self.rows)
+
+    def add(self, batch_rows: dict[int, StatsRow]) -> None:
+        """Commit the rows of one row group (every collected field must be present)."""
+        for fid, rows in self.rows.items():
+            rows.append(batch_rows[fid])
+
+    def stats_schema(self) -> LanceSchema:
+        """The schema of the statistics columns, ids assigned depth first from 0."""
+        out: list[LanceField] = []
+        next_id = 0
+        for f in self.fields:
+            parent = LanceField(id=next_id, name=str(f.id), logical_type="struct",
+                                nullable=False, encoding=ENC_NONE)
+            value_type = "large_binary" if f.logical_type == "json" else f.logical_type
+            value_enc = ENC_VAR_BINARY if value_type in _BINARY_TYPES else ENC_PLAIN
+            parent.children = [
+                LanceField(id=next_id + 1, name="null_count", logical_type="int64",
+                           nullable=False, parent_id=next_id, encoding=ENC_PLAIN),
+                LanceField(id=next_id + 2, name="min_value", logical_type=value_type,
+                           nullable=True, parent_id=next_id, encoding=value_enc),
+                LanceField(id=next_id + 3, name="max_value", logical_type=value_type,
+                           nullable=True, parent_id=next_id, encoding=value_enc),
+            ]
+            out.append(parent)
+            next_id += 4
+        return LanceSchema(out)
+
+    def write(self, sink: ByteSink) -> file_pb2.Metadata.StatisticsMetadata | None:
+        """Write the statistics pages and page table; None when there is nothing to write."""
+        if not self.fields or not any(self.rows.values()):
+            return None
+        schema = self.stats_schema()
+        pages: dict[int, tuple[int, int]] = {}
+        for data_field, stats_field in zip(self.fields, schema.fields, strict=True):
+            rows = self.rows[data_field.id]
+            columns = [
+                pa.array([r.null_count for r in rows], pa.int64()),
+                _build_column(data_field, [r.min_value for r in rows]),
+                _build_column(data_field, [r.max_value for r in rows]),
+            ]
+            struct = pa.StructArray.from_arrays(columns, names=[c.name for c in
+                                                                stats_field.children])
+            encode_field(stats_field, struct, sink, pages, DictionaryState(), {},
+                         path=stats_field.name, check=False)
+        ids = schema.field_ids()
+        entries = np.zeros((max(ids) + 1, 1, 2), dtype="<i8")
+        for fid, (pos, length) in pages.items():
+            entries[fid, 0] = (pos, length)
+        table_pos = sink.position
+        sink.write(PageTable(entries, 0).encode())
+        meta = file_pb2.Metadata.StatisticsMetadata(page_table_position=table_pos)
+        protos = schema.to_protos()
+        for p in protos:
+            p.ClearField("type")  # upstream leaves Field.type unset here
+        meta.schema.extend(protos)
+        meta.fields.extend(ids)
+        return meta
+
+
+__all__ = [
+    "PREFIX_LENGTH",
+    "StatisticsCollector",
+    "StatsRow",
+    "compute_stats",
+    "stats_fields",
+    "supports_statistics",
+]

@@ -1,0 +1,190 @@
+"""Streaming writer of v0.1/v0.2 Lance data files (pure: returns bytes, does no IO)."""
+
+from __future__ import annotations
+
+import copy
+from importlib import metadata as _pkg_metadata
+
+import numpy as np
+import pyarrow as pa
+
+from alance._proto import file_pb2, table_pb2
+from alance.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from alance.format.legacy.encode import (
+    ByteSink,
+    DictionaryState,
+    check_type,
+    encode_dictionary_values,
+    encode_field,
+)
+from alance.format.legacy.layout import MAJOR_VERSION, PageTable, encode_block, encode_footer
+from alance.format.legacy.stats import StatisticsCollector, StatsRow, compute_stats
+from alance.format.schema import LanceField, LanceSchema
+
+
+def _default_writer_version() -> tuple[str, str]:
+    try:
+        return "alance", _pkg_metadata.version("alance")
+    except _pkg_metadata.PackageNotFoundError:
+        return "alance", "0.0.0"
+
+
+def _untyped(protos: list[file_pb2.Field]) -> list[file_pb2.Field]:
+    """Field protos with ``type`` left unset, as upstream writers leave it in data files."""
+    for p in protos:
+        p.ClearField("type")
+    return protos
+
+
+class LegacyFileWriter:
+    """Writes one v0.2 (or v0.1) data file, one row group per :meth:`write_batch` call.
+
+    The writer keeps no data: :meth:`write_batch` returns the bytes to append for the row
+    group, :meth:`finish` the tail (page table, statistics, dictionaries, the self-describing
+    manifest, metadata and footer). The caller writes them in order, starting at offset 0.
+
+    Values v0.2 cannot hold faithfully (nulls in fixed-width, struct or list columns, empty
+    strings in nullable string columns...) raise
+    :class:`~alance.errors.UnrepresentableValueError` and leave the writer unchanged.
+    """
+
+    def __init__(self, schema: LanceSchema, *, minor_version: int = 2, statistics: bool = True,
+                 writer_version: tuple[str, str] | None = None,
+                 self_describing: bool = True):
+        """Prepare a writer for ``schema`` (field ids as in the dataset manifest)."""
+        if minor_version not in (1, 2):
+            raise InvalidInputError("legacy files have minor version 1 or 2")
+        if not schema.fields:
+            raise InvalidInputError("cannot write a data file without columns")
+        for f in schema.walk():
+            if f.logical_type == "map":
+                raise UnsupportedFeatureError(f"column {f.name!r}: maps need file format 2.x")
+            f.data_type  # noqa: B018  (validates the logical type)
+        self._schema = copy.deepcopy(schema)
+        self._minor = minor_version
+        self._writer_version = writer_version or _default_writer_version()
+        self._self_describing = self_describing
+        self._stats = StatisticsCollector.for_schema(self._schema) if statistics else None
+        self._dicts = DictionaryState()
+        ids = self._schema.field_ids()
+        self._min_id, self._max_id = min(ids), max(ids)
+        self._pages: list[dict[int, tuple[int, int]]] = []
+        self._batch_offsets: list[int] = []
+        self._position = 0
+        self._num_rows = 0
+        self._finished = False
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def bytes_written(self) -> int:
+        """Total bytes returned so far (the file size once finished)."""
+        return self._position
+
+    @property
+    def num_rows(self) -> int:
+        """Rows written so far."""
+        return self._num_rows
+
+    @property
+    def num_batches(self) -> int:
+        """Row groups written so far."""
+        return len(self._pages)
+
+    @property
+    def schema(self) -> LanceSchema:
+        """The file schema; after :meth:`finish`, dictionary fields carry ``(offset, length)``
+        of their values inside this data file."""
+        return self._schema
+
+    @property
+    def dictionaries(self) -> dict[int, pa.Array]:
+        """Dictionary values per dictionary field id (the dataset manifest needs a copy)."""
+        return dict(self._dicts.values)
+
+    # -- writing -------------------------------------------------------------------------------
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> bytes:
+        """Encode one row group and return its bytes (empty batches write nothing)."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
+                pa.RecordBatch.from_pylist([], schema=batch.schema)
+        if batch.num_rows == 0:
+            return b""
+        names = batch.schema.names
+        columns: list[tuple[LanceField, pa.Array]] = []
+        for lf in self._schema.fields:
+            if lf.name not in names:
+                raise SchemaMismatchError(f"batch has no column {lf.name!r}")
+            arr = batch.column(lf.name)
+            check_type(lf, arr.type, lf.name)
+            columns.append((lf, arr))
+
+        sink = ByteSink(self._position)
+        pages: dict[int, tuple[int, int]] = {}
+        new_dicts: dict[int, pa.Array] = {}
+        stats_rows: dict[int, StatsRow] = {}
+        wanted = self._stats.wanted() if self._stats else set()
+
+        def hook(f: LanceField, arr: pa.Array) -> None:
+            if f.id in wanted:
+                stats_rows[f.id] = compute_stats(f, arr)
+
+        for lf, arr in columns:
+            encode_field(lf, arr, sink, pages, self._dicts, new_dicts, path=lf.name,
+                         stats=hook if wanted else None)
+        # Everything checked: commit.
+        self._dicts.values.update(new_dicts)
+        if self._stats:
+            self._stats.add(stats_rows)
+        self._pages.append(pages)
+        self._batch_offsets.append(self._num_rows)
+        self._num_rows += batch.num_rows
+        data = sink.getvalue()
+        self._position = sink.position
+        return data
+
+    def finish(self) -> bytes:
+        """Return the file tail; the file is complete once these bytes are appended."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        self._finished = True
+        sink = ByteSink(self._position)
+        nb = len(self._pages)
+        entries = np.zeros((self._max_id - self._min_id + 1, nb, 2), dtype="<i8")
+        for b, pages in enumerate(self._pages):
+            for fid, (pos, length) in pages.items():
+                entries[fid - self._min_id, b] = (pos, length)
+        meta = file_pb2.Metadata(page_table_position=sink.position)
+        sink.write(PageTable(entries, self._min_id).encode())
+        if self._stats is not None:
+            stats_meta = self._stats.write(sink)
+            if stats_meta is not None:
+                meta.statistics.CopyFrom(stats_meta)
+        for f in self._schema.walk():
+            values = self._dicts.values.get(f.id)
+            if values is not None:
+                data, offset = encode_dictionary_values(values, sink.position)
+                sink.write(data)
+                f.dictionary = (offset, len(values))
+        if self._self_describing:
+            manifest = table_pb2.Manifest(version=1)
+            manifest.fields.extend(_untyped(self._schema.to_protos()))
+            for k, v in self._schema.metadata.items():
+                manifest.schema_metadata[k] = v
+            manifest.writer_version.library, manifest.writer_version.version = (
+                self._writer_version)
+            manifest.data_format.file_format = "lance"
+            manifest.data_format.version = "0.1"
+            meta.manifest_position = sink.position
+            sink.write(encode_block(manifest.SerializeToString()))
+        if nb:
+            meta.batch_offsets.extend([*self._batch_offsets, self._num_rows])
+        metadata_pos = sink.position
+        sink.write(encode_block(meta.SerializeToString()))
+        sink.write(encode_footer(metadata_pos, MAJOR_VERSION, self._minor))
+        self._position = sink.position
+        return sink.getvalue()
+
+
+__all__ = ["LegacyFileWriter"]
