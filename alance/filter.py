@@ -18,8 +18,10 @@ Nothing here touches data: compilation only needs the schema.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,9 +43,9 @@ class _LanceSql(Dialect):
     """sqlglot dialect matching Lance's filter grammar quirks."""
 
     class Tokenizer(tokens.Tokenizer):
-        IDENTIFIERS = ["`"]
-        QUOTES = ["'", '"']
-        STRING_ESCAPES = ["'"]  # backslashes stay in the literal (LIKE uses them)
+        IDENTIFIERS: ClassVar = ["`"]
+        QUOTES: ClassVar = ["'", '"']
+        STRING_ESCAPES: ClassVar = ["'"]  # backslashes stay in the literal (LIKE uses them)
 
 
 _NOTHING = object()
@@ -69,9 +71,8 @@ _INT_RANGES = {
     pa.uint64(): (0, 2**64 - 1),
 }
 
-_SIMPLE_TYPES: dict[exp.DataType.Type, pa.DataType] = {
+_SIMPLE_TYPES: dict[Any, pa.DataType] = {
     exp.DataType.Type.TEXT: pa.string(),
-    exp.DataType.Type.VARCHAR: pa.string(),
     exp.DataType.Type.BINARY: pa.binary(),
     exp.DataType.Type.VARBINARY: pa.binary(),
     exp.DataType.Type.FLOAT: pa.float32(),
@@ -138,14 +139,19 @@ def _is_column_ref(node: exp.Expression) -> bool:
         return _is_column_ref(node.this)
     if isinstance(node, exp.Bracket):
         keys = node.expressions
-        return len(keys) == 1 and isinstance(keys[0], exp.Literal) and keys[0].is_string and (
-            _is_column_ref(node.this)
+        return (
+            len(keys) == 1
+            and isinstance(keys[0], exp.Literal)
+            and keys[0].is_string
+            and (_is_column_ref(node.this))
         )
     return False
 
 
 def _coerce_value(value: object, value_type: pa.DataType, target: pa.DataType) -> pa.Scalar | None:
     """Convert a literal to ``target`` the way Lance does, or None if it does not fit."""
+    if pa.types.is_dictionary(target):  # compare with the dictionary's values
+        target = target.value_type
     if value is None:
         return pa.scalar(None, target)
     if pa.types.is_integer(value_type):
@@ -155,6 +161,11 @@ def _coerce_value(value: object, value_type: pa.DataType, target: pa.DataType) -
             return pa.scalar(value, target) if low <= value <= high else None
         if pa.types.is_float32(target) or pa.types.is_float64(target):
             return pa.scalar(float(value), target)
+        if pa.types.is_decimal(target):
+            try:
+                return pa.scalar(decimal.Decimal(value), target)
+            except (pa.ArrowInvalid, ValueError):
+                return None
         return None
     if pa.types.is_floating(value_type):
         if pa.types.is_float32(target) or pa.types.is_float64(target):
@@ -167,6 +178,21 @@ def _coerce_value(value: object, value_type: pa.DataType, target: pa.DataType) -
     if pa.types.is_boolean(value_type) and pa.types.is_boolean(target):
         return pa.scalar(value, target)
     return None
+
+
+def _plain(node: _Node) -> pc.Expression:
+    """The node's expression with dictionary encoding removed (string kernels need it)."""
+    if pa.types.is_dictionary(node.type):
+        return node.expr.cast(node.type.value_type)
+    return node.expr
+
+
+def _needs_cast_to(source: pa.DataType, other: pa.DataType) -> bool:
+    if pa.types.is_null(source):
+        return not pa.types.is_null(other)
+    if pa.types.is_timestamp(other) and other.tz is not None:
+        return pa.types.is_date(source) or (pa.types.is_timestamp(source) and source.tz is None)
+    return False
 
 
 def _number(text: str, negative: bool) -> _Node:
@@ -210,7 +236,12 @@ def _sql_type(node: exp.DataType) -> pa.DataType:
 
 def _string_to_timestamp(text: str, target: pa.DataType) -> pa.Scalar:
     """Parse a timestamp literal; values with a zone offset are converted to UTC."""
-    candidates = [target, pa.timestamp(target.unit, "UTC"), pa.timestamp("ns"), pa.timestamp("ns", "UTC")]
+    candidates = [
+        target,
+        pa.timestamp(target.unit, "UTC"),
+        pa.timestamp("ns"),
+        pa.timestamp("ns", "UTC"),
+    ]
     for candidate in candidates:
         try:
             parsed = pa.scalar(text).cast(candidate)
@@ -245,15 +276,14 @@ class _Compiler:
     def column(self, node: exp.Expression) -> _Node:
         node = _unparen(node)
         path: list[str] = []
-        quoted_single = False
         while not isinstance(node, exp.Column):
             if isinstance(node, exp.Dot):
                 path.append(node.expression.name)
             else:  # Bracket with a string key
                 path.append(node.expressions[0].this)
             node = _unparen(node.this)
-        parts = [p for p in node.parts]
-        quoted_single = len(parts) == 1 and parts[0].quoted
+        parts = node.parts
+        quoted_single = len(parts) == 1 and bool(parts[0].args.get("quoted"))
         path = [p.name for p in parts] + path[::-1]
         top = self._top_level(path[0], exact=quoted_single)
         field = self.schema.field(top)
@@ -299,7 +329,7 @@ class _Compiler:
                 raise InvalidInputError(
                     f"literal {node.sql()} cannot be converted to the column type {coerce_to}"
                 )
-            return _Node(pc.scalar(scalar), coerce_to, lit.literal)
+            return _Node(pc.scalar(scalar), scalar.type, lit.literal)
         if _is_column_ref(node):
             return self.column(node)
         if isinstance(node, (exp.And, exp.Or)):
@@ -344,22 +374,16 @@ class _Compiler:
         if resolve and coerce_to is None:
             if _is_column_ref(left_ast):
                 col_type = self.column(left_ast).type
-                right = _unparen(right_ast)
-                if _is_sql_literal(right) or type(right) in _COMPARISONS or type(right) in _ARITHMETIC:
+                bare = _unparen(right_ast)
+                if _is_sql_literal(bare) or type(bare) in _COMPARISONS or type(bare) in _ARITHMETIC:
                     right_hint = col_type
             elif _is_column_ref(right_ast) and _is_sql_literal(left_ast):
                 left_hint = self.column(right_ast).type
         left = self.compile(left_ast, coerce_to=left_hint)
         right = self.compile(right_ast, coerce_to=right_hint)
-        left_expr, right_expr = left.expr, right.expr
-        # an untyped NULL takes the type of the other side
-        if pa.types.is_null(left.type) and not pa.types.is_null(right.type):
-            left_expr = left_expr.cast(right.type)
-        elif pa.types.is_null(right.type) and not pa.types.is_null(left.type):
-            right_expr = right_expr.cast(left.type)
         if type(node) in _COMPARISONS:
-            return _Node(_COMPARISONS[type(node)](left_expr, right_expr), pa.bool_())
-        expr = _ARITHMETIC[type(node)](left_expr, right_expr)
+            return _Node(self.apply(_COMPARISONS[type(node)], left, right), pa.bool_())
+        expr = self.apply(_ARITHMETIC[type(node)], left, right)
         return _Node(expr, self.infer(expr))
 
     # -- other node kinds (looked up by class name) -----------------------------------------
@@ -367,7 +391,7 @@ class _Compiler:
     def on_nullsafeneq(self, node: exp.Expression, resolve: bool) -> _Node:
         """``a IS DISTINCT FROM b``: like ``<>`` but NULL counts as an ordinary value."""
         left, right = self.compile(node.this), self.compile(node.expression)
-        differs = self.compile_compare(pc.not_equal, left, right)
+        differs = self.apply(pc.not_equal, left, right)
         null_differs = pc.not_equal(pc.is_null(left.expr), pc.is_null(right.expr))
         return _Node(pc.coalesce(differs, null_differs), pa.bool_())
 
@@ -398,15 +422,21 @@ class _Compiler:
         value = self.compile(node.this)
         low = self.compile(node.args["low"], coerce_to=hint)
         high = self.compile(node.args["high"], coerce_to=hint)
-        lower = self.compile_compare(pc.greater_equal, value, low)
-        upper = self.compile_compare(pc.less_equal, value, high)
+        lower = self.apply(pc.greater_equal, value, low)
+        upper = self.apply(pc.less_equal, value, high)
         return _Node(pc.and_kleene(lower, upper), pa.bool_())
 
-    def compile_compare(self, fn: Callable[..., pc.Expression], a: _Node, b: _Node) -> pc.Expression:
+    @staticmethod
+    def apply(fn: Callable[..., pc.Expression], a: _Node, b: _Node) -> pc.Expression:
+        """Call a binary kernel after aligning operand types Arrow would not align itself.
+
+        An untyped NULL takes the other operand's type, and a date or zone-less timestamp
+        meeting a timestamp with a time zone is read as UTC (as Lance does).
+        """
         a_expr, b_expr = a.expr, b.expr
-        if pa.types.is_null(a.type) and not pa.types.is_null(b.type):
+        if _needs_cast_to(a.type, b.type):
             a_expr = a_expr.cast(b.type)
-        if pa.types.is_null(b.type) and not pa.types.is_null(a.type):
+        elif _needs_cast_to(b.type, a.type):
             b_expr = b_expr.cast(a.type)
         return fn(a_expr, b_expr)
 
@@ -421,16 +451,19 @@ class _Compiler:
         if not items:
             raise InvalidInputError("IN requires at least one value")
         literals = [i for i in items if i.literal is not _NOTHING]
-        if len(literals) == len(items) and all(i.type == value.type or i.literal is None for i in items):
+        set_type = value.type.value_type if pa.types.is_dictionary(value.type) else value.type
+        if len(literals) == len(items) and all(
+            i.type == set_type or i.literal is None for i in items
+        ):
             present = [i.literal for i in items if i.literal is not None]
-            found = pc.is_in(value.expr, value_set=pa.array(present, value.type), skip_nulls=True)
+            found = pc.is_in(value.expr, value_set=pa.array(present, set_type), skip_nulls=True)
             found = pc.if_else(pc.is_null(value.expr), pa.scalar(None, pa.bool_()), found)
             if len(present) < len(items):  # a NULL in the list turns "not found" into NULL
                 found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
             return _Node(found, pa.bool_())
         result: pc.Expression | None = None
         for item in items:
-            eq = self.compile_compare(pc.equal, value, item)
+            eq = self.apply(pc.equal, value, item)
             result = eq if result is None else pc.or_kleene(result, eq)
         assert result is not None
         return _Node(result, pa.bool_())
@@ -454,7 +487,7 @@ class _Compiler:
         pattern = self._constant_string(node.expression, "LIKE pattern")
         if pattern is None:
             return _Node(pc.scalar(pa.scalar(None, pa.bool_())), pa.bool_())
-        expr = pc.match_like(value.expr, pattern=pattern, ignore_case=ignore_case)
+        expr = pc.match_like(_plain(value), pattern=pattern, ignore_case=ignore_case)
         if node.args.get("negate"):  # sqlglot's form of NOT LIKE
             expr = pc.invert(expr)
         return _Node(expr, pa.bool_())
@@ -491,13 +524,14 @@ class _Compiler:
 
     def on_length(self, node: exp.Length, resolve: bool) -> _Node:
         inner = self.compile(node.this)
-        func = pc.binary_length if pa.types.is_binary(inner.type) else pc.utf8_length
-        expr = func(inner.expr)
+        value_type = inner.type.value_type if pa.types.is_dictionary(inner.type) else inner.type
+        func = pc.binary_length if pa.types.is_binary(value_type) else pc.utf8_length
+        expr = func(_plain(inner))
         return _Node(expr, self.infer(expr))
 
     def on_dpipe(self, node: exp.DPipe, resolve: bool) -> _Node:
         left, right = self.compile(node.this), self.compile(node.expression)
-        expr = pc.binary_join_element_wise(left.expr, right.expr, "")
+        expr = pc.binary_join_element_wise(_plain(left), _plain(right), "")
         return _Node(expr, self.infer(expr))
 
     def on_anonymous(self, node: exp.Anonymous, resolve: bool) -> _Node:
@@ -510,13 +544,13 @@ class _Compiler:
     def function(self, node: exp.Expression) -> _Node:
         if type(node) in _UNARY_FUNCS:
             inner = self.compile(node.this)
-            expr = _UNARY_FUNCS[type(node)](inner.expr)
+            expr = _UNARY_FUNCS[type(node)](_plain(inner))
             return _Node(expr, self.infer(expr))
         value = self.compile(node.this)
         pattern = self._constant_string(node.expression, f"{node.key}() pattern")
         if pattern is None:
             return _Node(pc.scalar(pa.scalar(None, pa.bool_())), pa.bool_())
-        return _Node(_PATTERN_FUNCS[type(node)](value.expr, pattern=pattern), pa.bool_())
+        return _Node(_PATTERN_FUNCS[type(node)](_plain(value), pattern=pattern), pa.bool_())
 
 
 def _parse(sql: str) -> exp.Expression:
@@ -530,15 +564,21 @@ def _parse(sql: str) -> exp.Expression:
         raise InvalidInputError(f"cannot parse filter {sql!r}: {exc}") from exc
     if len(parsed) != 1 or parsed[0] is None:
         raise InvalidInputError(f"a filter must be a single expression: {sql!r}")
-    return parsed[0]
+    node = parsed[0]
+    assert isinstance(node, exp.Expression)
+    return node
 
 
-def _compile(sql: str, schema: pa.Schema, extra_columns: Iterable[str]) -> tuple[pc.Expression, _Compiler]:
+def _compile(
+    sql: str, schema: pa.Schema, extra_columns: Iterable[str]
+) -> tuple[pc.Expression, _Compiler]:
     compiler = _Compiler(schema, extra_columns)
     node = compiler.compile(_parse(sql), resolve=True)
     result_type = compiler.infer(node.expr)
     if not pa.types.is_boolean(result_type):
-        raise InvalidInputError(f"the filter {sql!r} is not a boolean expression (it is {node.type})")
+        raise InvalidInputError(
+            f"the filter {sql!r} is not a boolean expression (it is {result_type})"
+        )
     return node.expr, compiler
 
 
@@ -580,5 +620,6 @@ def as_expression(
     if isinstance(filter, str):
         return compile_filter(filter, schema, extra_columns)
     raise InvalidInputError(
-        f"a filter must be a SQL string or a pyarrow.compute.Expression, got {type(filter).__name__}"
+        "a filter must be a SQL string or a pyarrow.compute.Expression, "
+        f"got {type(filter).__name__}"
     )

@@ -29,7 +29,8 @@ from alance.format.deletion import (
 def test_roundtrip_forced_kind(kind: DeletionFileKind) -> None:
     rng = np.random.default_rng(1)
     raw = rng.integers(0, 2**32, size=3000, dtype=np.uint64)
-    raw = np.concatenate([raw, raw[:100], np.array([0, 2**32 - 1], np.uint64)])  # duplicates and extremes
+    # add duplicates and the extreme values
+    raw = np.concatenate([raw, raw[:100], np.array([0, 2**32 - 1], np.uint64)])
     got_kind, data = encode_deletion_file(raw, kind=kind)
     assert got_kind is kind
     out = decode_deletion_file(kind, data)

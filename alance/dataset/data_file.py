@@ -1,30 +1,84 @@
-"""Async reading of one data file: drives the pure format reader's IO requests."""
+"""Async reading of one data file: runs the format layer's read plans against the store.
+
+The format layer (:mod:`alance.format.legacy`) describes a read as a *plan*: a generator that
+yields the byte ranges it needs next and receives their bytes. This module is the IO side: it
+fetches each step's ranges concurrently (coalesced by the store) and feeds them back.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Generator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
+from alance.errors import CorruptFileError, InvalidInputError
+from alance.format.legacy.reader import LegacyFileReader, open_file
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 
+T = TypeVar("T")
+
+
+async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store: DatasetStore,
+                   path: str) -> T:
+    """Drive a read plan to completion, fetching each step's ranges from ``path``."""
+    try:
+        ranges = next(plan)
+        while True:
+            data = await store.get_ranges(path, ranges)
+            for (start, end), chunk in zip(ranges, data, strict=True):
+                if len(chunk) != end - start:
+                    raise CorruptFileError(f"{path}: file ends before byte {end}")
+            ranges = plan.send(data)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        plan.close()
+
 
 class DataFileReader:
-    """Placeholder until the legacy reader lands."""
+    """An opened v0.1/v0.2 data file of a dataset: row groups and random access."""
 
-    row_group_bounds: np.ndarray
+    def __init__(self, store: DatasetStore, path: str, reader: LegacyFileReader) -> None:
+        self.store = store
+        self.path = path
+        self._reader = reader
+        self.row_group_bounds: np.ndarray = reader.file.batch_offsets
 
     @classmethod
-    async def open(cls, store: DatasetStore, path: str, schema: LanceSchema,
-                   size: int | None) -> DataFileReader:
-        raise NotImplementedError
+    async def open(cls, store: DatasetStore, path: str, schema: LanceSchema, size: int | None,
+                   dictionaries: Mapping[int, pa.Array] | None = None) -> DataFileReader:
+        """Read the file's footer, metadata and page table (one request for small files)."""
+        if size is None:
+            size = (await store.head(path)).size
+        try:
+            file = await run_plan(open_file(size, schema.field_ids()), store, path)
+        except InvalidInputError as exc:
+            raise CorruptFileError(f"{path}: {exc}") from exc
+        return cls(store, path, LegacyFileReader(file, schema, dictionaries=dictionaries))
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the file."""
+        return self._reader.num_rows
+
+    async def _run(self, plan: Any) -> pa.RecordBatch:
+        return await run_plan(plan, self.store, self.path)
 
     async def read_range(self, schema: LanceSchema, start: int, end: int) -> pa.RecordBatch:
-        raise NotImplementedError
+        """Rows ``[start, end)`` of the fields in ``schema``."""
+        self._check_rows(end)
+        return await self._run(self._reader.read_range(start, end, schema))
 
     async def read_rows(self, schema: LanceSchema, rows: np.ndarray) -> pa.RecordBatch:
-        raise NotImplementedError
+        """The rows at the given offsets (any order), reading only pages that hold them."""
+        if len(rows):
+            self._check_rows(int(np.max(rows)) + 1)
+        return await self._run(self._reader.take(rows, schema))
 
-    def _unused(self) -> Any: ...
+    def _check_rows(self, end: int) -> None:
+        if end > self.num_rows:
+            raise CorruptFileError(f"{self.path}: has {self.num_rows} rows; the manifest "
+                                   f"needs {end}")

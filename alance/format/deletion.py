@@ -63,9 +63,7 @@ class DeletionFileKind(Enum):
         return "arrow" if self is DeletionFileKind.ARROW_ARRAY else "bin"
 
 
-def deletion_file_path(
-    fragment_id: int, read_version: int, id: int, kind: DeletionFileKind
-) -> str:
+def deletion_file_path(fragment_id: int, read_version: int, id: int, kind: DeletionFileKind) -> str:
     """Return the path of a deletion file, relative to the dataset root.
 
     The layout is ``_deletions/{fragment_id}-{read_version}-{id}.{arrow|bin}`` where all
@@ -124,7 +122,9 @@ def encode_deletion_file(
     """
     values = _normalize_offsets(offsets)
     if values.size == 0:
-        raise InvalidInputError("no offsets given: a fragment without deletions has no deletion file")
+        raise InvalidInputError(
+            "no offsets given: a fragment without deletions has no deletion file"
+        )
     if kind is None:
         kind = (
             DeletionFileKind.BITMAP

@@ -155,9 +155,9 @@ def _default_encoding(dtype: pa.DataType) -> int:
     if (pa.types.is_string(dtype) or pa.types.is_binary(dtype) or pa.types.is_large_string(dtype)
             or pa.types.is_large_binary(dtype)):
         return ENC_VAR_BINARY
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return ENC_PLAIN
-    if pa.types.is_struct(dtype) or pa.types.is_map(dtype) or pa.types.is_null(dtype):
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
+        return ENC_PLAIN  # the offsets of lists (and maps, which are lists of entries)
+    if pa.types.is_struct(dtype) or pa.types.is_null(dtype):
         return ENC_NONE
     return ENC_PLAIN  # fixed stride: primitives, fixed-size lists and binaries, decimals, ...
 
@@ -310,8 +310,10 @@ class LanceSchema:
 
         out = []
         for f in self.walk():
+            # Like upstream, leave ``Field.type`` at its default: readers derive the kind of
+            # field from the logical type.
             p = file_pb2.Field(
-                type=f.type, name=f.name, id=f.id, parent_id=f.parent_id,
+                name=f.name, id=f.id, parent_id=f.parent_id,
                 logical_type=f.logical_type, nullable=f.nullable, encoding=f.encoding,
                 extension_name=f.extension_name,
                 unenforced_primary_key=f.unenforced_primary_key,

@@ -84,7 +84,7 @@ def parse_metadata(buf: bytes | memoryview, offset: int = 0) -> file_pb2.Metadat
     msg = file_pb2.Metadata()
     try:
         msg.ParseFromString(bytes(buf[offset + 4: offset + 4 + n]))
-    except DecodeError as exc:
+    except (DecodeError, ValueError, RuntimeError) as exc:
         raise CorruptFileError(f"cannot decode file metadata: {exc}") from exc
     return msg
 

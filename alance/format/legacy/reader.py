@@ -1,0 +1,310 @@
+"""Reading v0.1/v0.2 Lance data files through sans-IO plans (see :mod:`.plan`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from alance._proto import file_pb2, table_pb2
+from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from alance.format.legacy.decode import Runs, read_dictionary_values, read_field
+from alance.format.legacy.layout import (
+    FOOTER_SIZE,
+    Footer,
+    PageTable,
+    block_length,
+    parse_footer,
+    parse_metadata,
+)
+from alance.format.legacy.plan import Plan, coalesced, gather
+from alance.format.schema import LanceField, LanceSchema
+
+DEFAULT_TAIL_SIZE = 64 * 1024
+DEFAULT_COALESCE_GAP = 16 * 1024
+
+
+@dataclass
+class LegacyFile:
+    """What :func:`open_file` learns from a file's tail: enough to plan any read."""
+
+    file_size: int
+    footer: Footer
+    metadata: file_pb2.Metadata
+    page_table: PageTable
+    schema: LanceSchema | None = None  # the embedded (self-describing) schema, if read
+    tail: bytes = b""  # the last bytes of the file, kept to answer small reads
+    tail_start: int = 0
+    batch_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+
+    @property
+    def num_batches(self) -> int:
+        """Row groups in the file."""
+        return len(self.batch_offsets) - 1
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the file."""
+        return int(self.batch_offsets[-1])
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(major, minor) from the footer: (0, 1) or (0, 2)."""
+        return self.footer.major_version, self.footer.minor_version
+
+
+def _read_bytes(start: int, end: int, have: bytes, have_start: int) -> Plan[bytes]:
+    """Bytes ``start..end``, reusing what ``have`` (starting at ``have_start``) covers."""
+    if start >= have_start and end <= have_start + len(have):
+        return have[start - have_start: end - have_start]
+    if end <= have_start or start >= have_start + len(have):
+        (data,) = yield [(start, end)]
+        return data
+    (head,) = yield [(start, have_start)]
+    return head + have[: end - have_start]
+
+
+def _parse_manifest_schema(buf: bytes) -> LanceSchema:
+    n = block_length(buf, 0)
+    if 4 + n > len(buf):
+        raise CorruptFileError("embedded manifest is truncated")
+    manifest = table_pb2.Manifest()
+    try:
+        manifest.ParseFromString(buf[4: 4 + n])
+    except DecodeError as exc:
+        raise CorruptFileError(f"cannot decode embedded manifest: {exc}") from exc
+    try:
+        schema = LanceSchema.from_protos(manifest.fields, dict(manifest.schema_metadata))
+        for f in schema.walk():
+            f.data_type  # noqa: B018  (every type of a legacy file is known: else corrupt)
+    except (InvalidInputError, UnsupportedFeatureError) as exc:
+        raise CorruptFileError(f"bad schema in embedded manifest: {exc}") from exc
+    return schema
+
+
+def open_file(file_size: int, field_ids: Sequence[int] | None = None, *,
+              tail_size: int = DEFAULT_TAIL_SIZE, tail: bytes | None = None) -> Plan[LegacyFile]:
+    """Plan reading the footer, metadata and page table of a legacy file.
+
+    ``field_ids`` are the ids the file holds (``DataFile.fields`` of the manifest); the page
+    table covers ``min(field_ids)..max(field_ids)``. Without them the embedded manifest is read
+    and its schema used (``LegacyFile.schema``). ``tail`` may pass bytes already fetched from
+    the end of the file. Usually one step (the tail); more when the metadata, embedded
+    manifest or page table start before it.
+    """
+    plan = _open_file(file_size, field_ids, tail_size, tail)
+    return coalesced(plan, gap=0, file_size=file_size)
+
+
+def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
+               tail: bytes | None) -> Plan[LegacyFile]:
+    if file_size < FOOTER_SIZE:
+        raise CorruptFileError(f"file too short for a Lance file ({file_size} bytes)")
+    if tail is None or len(tail) < FOOTER_SIZE:
+        start = max(0, file_size - tail_size)
+        (tail,) = yield [(start, file_size)]
+        if len(tail) != file_size - start:
+            raise CorruptFileError("short read of the file tail")
+    tail_start = file_size - len(tail)
+    footer = parse_footer(tail)
+    meta_pos = footer.metadata_position
+    if meta_pos > file_size - FOOTER_SIZE - 4:
+        raise CorruptFileError("metadata position points past the end of the file")
+    if meta_pos < tail_start:
+        head = yield from _read_bytes(meta_pos, tail_start, tail, tail_start)
+        tail, tail_start = head + tail, meta_pos
+    meta = parse_metadata(tail, meta_pos - tail_start)
+    if meta_pos + 4 + block_length(tail, meta_pos - tail_start) > file_size - FOOTER_SIZE:
+        raise CorruptFileError("metadata block overlaps the footer")
+    offsets = np.asarray(meta.batch_offsets, dtype=np.int64)
+    if len(offsets) == 0:
+        offsets = np.zeros(1, np.int64)
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise CorruptFileError("batch offsets are not increasing from 0")
+    schema = None
+    if field_ids is None:
+        mpos = meta.manifest_position
+        if mpos == 0:
+            raise InvalidInputError("file has no embedded schema: pass the field ids it holds")
+        if not 0 < mpos < meta_pos:
+            raise CorruptFileError("manifest position out of range")
+        block = yield from _read_bytes(mpos, meta_pos, tail, tail_start)
+        schema = _parse_manifest_schema(block)
+        field_ids = schema.field_ids()
+    if not field_ids:
+        raise InvalidInputError("a data file holds at least one field")
+    lo, hi = min(field_ids), max(field_ids)
+    nb = len(offsets) - 1
+    pt_pos = meta.page_table_position
+    pt_end = pt_pos + PageTable.byte_size(lo, hi, nb)
+    if pt_end > meta_pos:
+        raise CorruptFileError("page table runs past the metadata block")
+    raw = yield from _read_bytes(pt_pos, pt_end, tail, tail_start)
+    table = PageTable.decode(raw, lo, hi, nb)
+    return LegacyFile(file_size, footer, meta, table, schema, tail, tail_start, offsets)
+
+
+def _project(schema: LanceSchema, projection: LanceSchema | Sequence[int] | None,
+             ) -> LanceSchema:
+    if projection is None:
+        return schema
+    if isinstance(projection, LanceSchema):
+        return projection
+    wanted = set(projection)
+
+    def keep(f: LanceField) -> LanceField | None:
+        if f.id in wanted:
+            return f
+        kids = [k for k in (keep(c) for c in f.children) if k is not None]
+        if kids and f.logical_type == "struct":
+            return replace(f, children=kids)
+        return None
+
+    return LanceSchema([k for k in (keep(f) for f in schema.fields) if k is not None],
+                       dict(schema.metadata))
+
+
+class LegacyFileReader:
+    """Plans reads of an opened legacy file for a schema (ids and types of the dataset).
+
+    ``dictionaries`` maps dictionary field ids to their values (in datasets they are stored in
+    the manifest file; :meth:`read_dictionaries` loads those stored in this file).
+    """
+
+    def __init__(self, file: LegacyFile, schema: LanceSchema | None = None, *,
+                 dictionaries: Mapping[int, pa.Array] | None = None,
+                 coalesce_gap: int = DEFAULT_COALESCE_GAP):
+        """Bind an opened file to the schema used to interpret it."""
+        schema = schema if schema is not None else file.schema
+        if schema is None:
+            raise InvalidInputError("no schema: pass one or open the file without field ids")
+        self.file = file
+        self.schema = schema
+        self.dictionaries: dict[int, pa.Array] = dict(dictionaries or {})
+        self.coalesce_gap = coalesce_gap
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the file."""
+        return self.file.num_rows
+
+    @property
+    def num_batches(self) -> int:
+        """Row groups in the file."""
+        return self.file.num_batches
+
+    def _wrap(self, plan: Plan[object]) -> Plan[object]:
+        return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
+
+    def _pages(self, batch: int):  # type: ignore[no-untyped-def]
+        table = self.file.page_table
+        return lambda fid: table.get(fid, batch)
+
+    def _batch_plan(self, schema: LanceSchema, batch: int, runs: Runs) -> Plan[pa.RecordBatch]:
+        pages = self._pages(batch)
+        arrays = yield from gather([read_field(f, pages, runs, self.dictionaries)
+                                    for f in schema.fields])
+        return pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
+
+    def read_batch(self, batch: int, projection: LanceSchema | Sequence[int] | None = None,
+                   ) -> Plan[pa.RecordBatch]:
+        """Plan reading one whole row group."""
+        if not 0 <= batch < self.num_batches:
+            raise InvalidInputError(f"row group {batch} out of range 0..{self.num_batches}")
+        schema = _project(self.schema, projection)
+        off = self.file.batch_offsets
+        runs = Runs.span(0, int(off[batch + 1] - off[batch]))
+        return self._wrap(self._batch_plan(schema, batch, runs))  # type: ignore[return-value]
+
+    def take(self, rows: Sequence[int] | np.ndarray,
+             projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
+        """Plan reading the given rows (file row offsets, in the order given)."""
+        schema = _project(self.schema, projection)
+        return self._wrap(self._take_plan(schema, np.asarray(rows, dtype=np.int64)))  # type: ignore[return-value]
+
+    def read_range(self, start: int, stop: int,
+                   projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
+        """Plan reading rows ``start..stop`` of the file (may span row groups)."""
+        if not 0 <= start <= stop <= self.num_rows:
+            raise InvalidInputError(f"rows {start}..{stop} out of range 0..{self.num_rows}")
+        return self.take(np.arange(start, stop, dtype=np.int64), projection)
+
+    def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
+        arrow_schema = schema.to_arrow()
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_rows):
+            raise InvalidInputError(f"row offsets out of range 0..{self.num_rows}")
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        off = self.file.batch_offsets
+        batch_of = np.searchsorted(off, uniq, side="right") - 1
+        plans = []
+        bounds = np.flatnonzero(np.diff(batch_of)) + 1
+        for chunk in np.split(np.arange(len(uniq)), bounds) if len(uniq) else []:
+            b = int(batch_of[chunk[0]])
+            runs = Runs.from_indices(uniq[chunk] - off[b])
+            plans.append(self._batch_plan(schema, b, runs))
+        batches = yield from gather(plans)
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=arrow_schema)
+        if len(batches) == 1:
+            result = batches[0]
+        else:
+            combined = pa.Table.from_batches(batches, schema=arrow_schema).combine_chunks()
+            result = combined.to_batches()[0]
+        if len(uniq) != len(rows) or np.any(np.diff(rows) < 0):
+            result = result.take(pa.array(inverse.ravel()))
+        return result
+
+    def read_dictionaries(self) -> Plan[dict[int, pa.Array]]:
+        """Plan loading the dictionary values stored in this file for the reader's schema."""
+        plans, ids = [], []
+        for f in self.schema.walk():
+            t = f.data_type
+            if pa.types.is_dictionary(t):
+                if f.dictionary is None:
+                    raise CorruptFileError(f"dictionary column {f.name!r} has no dictionary")
+                offset, length = f.dictionary
+                plans.append(read_dictionary_values(t.value_type, offset, length))
+                ids.append(f.id)
+        values = yield from self._wrap(gather(plans))  # type: ignore[misc]
+        result = dict(zip(ids, values, strict=True))
+        self.dictionaries.update(result)
+        return result
+
+    def read_page_stats(self, field_ids: Sequence[int]) -> Plan[pa.RecordBatch | None]:
+        """Plan reading the page statistics of the given data fields (None if there are none).
+
+        The result has one struct column per field that has statistics, named by the field
+        id, with ``null_count``, ``min_value`` and ``max_value``; one row per row group.
+        """
+        return self._wrap(self._stats_plan(list(field_ids)))  # type: ignore[return-value]
+
+    def _stats_plan(self, field_ids: list[int]) -> Plan[pa.RecordBatch | None]:
+        meta = self.file.metadata
+        if not meta.HasField("statistics") or not meta.statistics.fields:
+            return None
+        stats = meta.statistics
+        try:
+            schema = LanceSchema.from_protos(stats.schema)
+        except InvalidInputError as exc:
+            raise CorruptFileError(f"bad statistics schema: {exc}") from exc
+        wanted = {str(i) for i in field_ids}
+        fields = [f for f in schema.fields if f.name in wanted]
+        if not fields:
+            return None
+        hi = max(stats.fields)
+        pos = stats.page_table_position
+        raw = yield from _read_bytes(pos, pos + PageTable.byte_size(0, hi, 1),
+                                     self.file.tail, self.file.tail_start)
+        table = PageTable.decode(raw, 0, hi, 1)
+        sub = LanceSchema(fields)
+        runs = Runs.span(0, self.num_batches)
+        arrays = yield from gather([read_field(f, lambda fid: table.get(fid, 0), runs, {})
+                                    for f in sub.fields])
+        return pa.RecordBatch.from_arrays(arrays, schema=sub.to_arrow())
+
+
+__all__ = ["DEFAULT_COALESCE_GAP", "DEFAULT_TAIL_SIZE", "LegacyFile", "LegacyFileReader",
+           "open_file"]
