@@ -26,8 +26,6 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 
-dataset = open_dataset  # pylance spelling: lance.dataset(uri)
-
 __all__ = [
     "AlanceError",
     "AlreadyExistsError",
@@ -47,7 +45,6 @@ __all__ = [
     "UnrepresentableValueError",
     "UnsupportedFeatureError",
     "__version__",
-    "dataset",
     "open_dataset",
     "write_dataset",
 ]

@@ -10,7 +10,13 @@ literal, at the top level of the filter or under AND/OR, the literal is converte
 column's type and a literal that does not fit (``int_col > 1.5``, ``uint8_col = 300``,
 ``date_col > '2024-01-01'``) is an error rather than a silent cast. Elsewhere operands meet
 with Arrow's usual numeric promotion. Integer ``/`` truncates and ``%`` keeps the sign of
-the dividend, as in Lance.
+the dividend, as in Lance; mixed-width integer arithmetic is widened first. Unquoted
+top-level column names fall back to a case-insensitive match; struct field names and
+backquoted names must match exactly.
+
+Deliberate differences from pylance: trailing text after the expression (``i = 1 x``,
+``a; b``) is an error instead of being ignored; LIKE/starts_with/... need a literal pattern;
+TRY_CAST, list indexing and array functions are not supported; unary ``+`` is accepted.
 
 Nothing here touches data: compilation only needs the schema.
 """
@@ -33,7 +39,13 @@ from sqlglot.errors import SqlglotError
 
 from alance.errors import InvalidInputError
 
-__all__ = ["ROW_ADDRESS_COLUMNS", "as_expression", "compile_filter", "filter_columns"]
+__all__ = [
+    "ROW_ADDRESS_COLUMNS",
+    "as_expression",
+    "compile_filter",
+    "compile_filter_and_columns",
+    "filter_columns",
+]
 
 #: Virtual columns pylance lets filters use although they are not in the schema (uint64).
 ROW_ADDRESS_COLUMNS: tuple[str, ...] = ("_rowid", "_rowaddr")
@@ -185,6 +197,26 @@ def _plain(node: _Node) -> pc.Expression:
     if pa.types.is_dictionary(node.type):
         return node.expr.cast(node.type.value_type)
     return node.expr
+
+
+def _common_numeric(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type two different numeric operands are widened to for arithmetic, if any."""
+    if a == b or not all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in (a, b)):
+        return None
+    if pa.types.is_floating(a) or pa.types.is_floating(b):
+        return pa.float64()
+    if pa.types.is_signed_integer(a) == pa.types.is_signed_integer(b):
+        return a if a.bit_width >= b.bit_width else b
+    signed, unsigned = (a, b) if pa.types.is_signed_integer(a) else (b, a)
+    if unsigned.bit_width < signed.bit_width:
+        return signed
+    return (
+        pa.int64()
+        if unsigned.bit_width >= 32
+        else pa.int32()
+        if unsigned.bit_width == 16
+        else pa.int16()
+    )
 
 
 def _needs_cast_to(source: pa.DataType, other: pa.DataType) -> bool:
@@ -383,6 +415,10 @@ class _Compiler:
         right = self.compile(right_ast, coerce_to=right_hint)
         if type(node) in _COMPARISONS:
             return _Node(self.apply(_COMPARISONS[type(node)], left, right), pa.bool_())
+        common = _common_numeric(left.type, right.type)
+        if common is not None:  # widen explicitly: Arrow would narrow literals instead
+            left = _Node(left.expr.cast(common), common)
+            right = _Node(right.expr.cast(common), common)
         expr = self.apply(_ARITHMETIC[type(node)], left, right)
         return _Node(expr, self.infer(expr))
 
@@ -604,6 +640,14 @@ def filter_columns(
     """
     compiler = _compile(sql, schema, extra_columns)[1]
     return [name for name in compiler.schema.names if name in compiler.columns]
+
+
+def compile_filter_and_columns(
+    sql: str, schema: pa.Schema, extra_columns: Sequence[str] = ROW_ADDRESS_COLUMNS
+) -> tuple[pc.Expression, list[str]]:
+    """:func:`compile_filter` and :func:`filter_columns` in one pass (parses once)."""
+    expr, compiler = _compile(sql, schema, extra_columns)
+    return expr, [name for name in compiler.schema.names if name in compiler.columns]
 
 
 def as_expression(

@@ -186,6 +186,4 @@ def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | No
     return LanceDataset(_loop.run(_async.write_dataset(data, uri, schema, mode, **kwargs)))
 
 
-dataset = open_dataset
-
-__all__ = ["LanceDataset", "Scanner", "dataset", "open_dataset", "write_dataset"]
+__all__ = ["LanceDataset", "Scanner", "open_dataset", "write_dataset"]

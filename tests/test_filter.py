@@ -12,7 +12,12 @@ import pyarrow.compute as pc
 import pytest
 
 from alance.errors import InvalidInputError
-from alance.filter import as_expression, compile_filter, filter_columns
+from alance.filter import (
+    as_expression,
+    compile_filter,
+    compile_filter_and_columns,
+    filter_columns,
+)
 
 N = 40
 
@@ -326,6 +331,9 @@ def test_filter_columns() -> None:
     assert filter_columns("ID = 3 AND `Upper Col` = 1", SCHEMA) == ["id", "Upper Col"]
     assert filter_columns("_rowid < 3 AND b", SCHEMA) == ["b", "_rowid"]
     assert filter_columns("true", SCHEMA) == []
+    expr, columns = compile_filter_and_columns("st.x > 20 AND i IS NULL", SCHEMA)
+    assert columns == ["i", "st"]
+    assert TABLE.filter(expr)["id"].to_pylist() == [25, 30, 35]
     with pytest.raises(InvalidInputError):
         filter_columns("missing = 1", SCHEMA)
 
@@ -395,10 +403,11 @@ OTHER_MATCHING = [
     "NOT (dict = 'x')",
     "lower(dict) = 'x'",
     "dict LIKE 'x%'",
-    "bin = 'ab'",
     "i16 = 1",
     "i16 IN (1, 3)",
-    "i16 * 1000 > 1000",
+    "i16 * 1000 > 1000",  # widened to int64 like Lance, no int16 overflow
+    "i16 + f32 > 3",
+    "f32 * 1.5 > 0.7",
 ]
 
 
@@ -414,7 +423,7 @@ def test_other_types_match_pylance(other_dataset: lance.LanceDataset, sql: str) 
     assert got == expected
 
 
-@pytest.mark.parametrize("sql", ["dec > 1.5", "dec > 99999999999", "i16 = 40000"])
+@pytest.mark.parametrize("sql", ["dec > 1.5", "dec > 99999999999", "i16 = 40000", "bin = 'ab'"])
 def test_other_types_reject_like_pylance(other_dataset: lance.LanceDataset, sql: str) -> None:
     with pytest.raises((ValueError, OSError)):
         other_dataset.to_table(filter=sql)

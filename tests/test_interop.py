@@ -125,3 +125,16 @@ def test_pylance_v2_files_open_but_data_refused(tmp_path) -> None:
     assert ds.schema.equals(lance.dataset(uri).schema)
     with pytest.raises(UnsupportedFeatureError):
         ds.to_table()
+
+
+def test_pylance_legacy_dictionary_alance_reads(tmp_path) -> None:
+    uri = str(tmp_path / "dict.lance")
+    values = pa.array(["red", "green", "blue", "red", "red", "blue"] * 50)
+    table = pa.table({"id": pa.array(range(300), pa.int64()),
+                      "color": values.dictionary_encode()})
+    lance.write_dataset(table, uri, data_storage_version="legacy", max_rows_per_file=100)
+    theirs = lance.dataset(uri)
+    ours = al.open_dataset(uri)
+    assert ours.schema.equals(theirs.schema)
+    assert ours.to_table().equals(theirs.to_table())
+    assert ours.take([5, 150]).equals(theirs.take([5, 150]))

@@ -18,6 +18,8 @@ from alance.dataset.data_file import DataFileReader
 from alance.dataset.snapshot import Snapshot
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.deletion import DeletionFileKind, decode_deletion_file, deletion_file_path
+from alance.format.legacy.decode import read_dictionary_values
+from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.schema import LanceField, LanceSchema
 from alance.io.store import DatasetStore
 
@@ -34,6 +36,22 @@ class ReadContext:
         self.schema = snapshot.schema
         self._files: dict[str, DataFileReader] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
+        self._dictionaries: dict[int, pa.Array] | None = None
+
+    @property
+    def dictionaries(self) -> dict[int, pa.Array]:
+        """Values of dictionary columns; v0.1/v0.2 datasets keep them in the manifest file."""
+        if self._dictionaries is None:
+            prelude = self.snapshot.manifest_file.prelude
+            found: dict[int, pa.Array] = {}
+            for f in self.schema.walk():
+                dtype = f.data_type
+                if pa.types.is_dictionary(dtype) and f.dictionary is not None:
+                    offset, length = f.dictionary
+                    plan = read_dictionary_values(dtype.value_type, offset, length)
+                    found[f.id] = run_plan(plan, fetch_from(prelude))
+            self._dictionaries = found
+        return self._dictionaries
 
     async def data_file(self, data_file: table_pb2.DataFile, schema: LanceSchema,
                         ) -> DataFileReader:
@@ -50,7 +68,7 @@ class ReadContext:
                     "reads only v0.1/v0.2 data files so far")
             size = data_file.file_size_bytes or None
             reader = await DataFileReader.open(self.store, f"{DATA_DIR}/{data_file.path}",
-                                               schema, size)
+                                               schema, size, self.dictionaries)
             self._files[data_file.path] = reader
         return reader
 
