@@ -76,12 +76,19 @@ def _parse_manifest_schema(buf: bytes) -> LanceSchema:
         manifest.ParseFromString(buf[4: 4 + n])
     except DecodeError as exc:
         raise CorruptFileError(f"cannot decode embedded manifest: {exc}") from exc
+    return _schema_from_protos(manifest.fields, dict(manifest.schema_metadata),
+                               "embedded manifest")
+
+
+def _schema_from_protos(protos: Sequence[file_pb2.Field], metadata: dict[str, bytes],
+                        what: str) -> LanceSchema:
+    """A schema stored inside the file; any inconsistency means the file is corrupt."""
     try:
-        schema = LanceSchema.from_protos(manifest.fields, dict(manifest.schema_metadata))
+        schema = LanceSchema.from_protos(protos, metadata)
         for f in schema.walk():
             f.data_type  # noqa: B018  (every type of a legacy file is known: else corrupt)
     except (InvalidInputError, UnsupportedFeatureError) as exc:
-        raise CorruptFileError(f"bad schema in embedded manifest: {exc}") from exc
+        raise CorruptFileError(f"bad schema in {what}: {exc}") from exc
     return schema
 
 
@@ -286,10 +293,7 @@ class LegacyFileReader:
         if not meta.HasField("statistics") or not meta.statistics.fields:
             return None
         stats = meta.statistics
-        try:
-            schema = LanceSchema.from_protos(stats.schema)
-        except InvalidInputError as exc:
-            raise CorruptFileError(f"bad statistics schema: {exc}") from exc
+        schema = _schema_from_protos(stats.schema, {}, "statistics schema")
         wanted = {str(i) for i in field_ids}
         fields = [f for f in schema.fields if f.name in wanted]
         if not fields:

@@ -145,7 +145,11 @@ class LegacyFileWriter:
         return data
 
     def finish(self) -> bytes:
-        """Return the file tail; the file is complete once these bytes are appended."""
+        """Return the file tail; the file is complete once these bytes are appended.
+
+        A file without row groups gets no embedded manifest (it would sit at position 0,
+        which means "none"); readers then need the field ids.
+        """
         if self._finished:
             raise InvalidInputError("writer already finished")
         self._finished = True
@@ -167,7 +171,8 @@ class LegacyFileWriter:
                 data, offset = encode_dictionary_values(values, sink.position)
                 sink.write(data)
                 f.dictionary = (offset, len(values))
-        if self._self_describing:
+        # Position 0 means "no manifest", so a file without rows cannot describe itself.
+        if self._self_describing and sink.position > 0:
             manifest = table_pb2.Manifest(version=1)
             manifest.fields.extend(_untyped(self._schema.to_protos()))
             for k, v in self._schema.metadata.items():
