@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 from pathlib import Path
@@ -126,6 +127,8 @@ def _read_all(r: LegacyFileReader, data: bytes, projection: object = None) -> pa
     fetch = fetch_from(data)
     batches = [run_plan(r.read_batch(i, projection), fetch)  # type: ignore[arg-type]
                for i in range(r.num_batches)]
+    if not batches:
+        return r.schema.to_arrow().empty_table()
     return pa.Table.from_batches(batches)
 
 
@@ -488,10 +491,8 @@ def test_flipped_bytes_give_corrupt_or_data() -> None:
     for pos in positions:
         bad = bytearray(data)
         bad[pos] ^= 1 << int(rng.integers(0, 8))
-        try:
+        with contextlib.suppress(CorruptFileError):  # anything else fails the test
             _read_everything(bytes(bad))
-        except CorruptFileError:
-            pass
 
 
 def test_footer_checks() -> None:

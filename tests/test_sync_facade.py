@@ -169,7 +169,7 @@ def test_use_after_fork(written: tuple[str, pa.Table]) -> None:
 
     os.close(w)
     try:
-        ready, _, _ = select.select([r], [], [], 60)
+        ready, _, _ = select.select([r], [], [], 15)
         if not ready:
             os.kill(pid, 9)
             pytest.fail("the forked child hung using alance.sync")
@@ -293,7 +293,7 @@ def _check_parameters(async_fn: object, sync_fn: object, what: str) -> None:
 def test_sync_mirrors_async_module() -> None:
     functions = {n for n in alance.__all__
                  if inspect.isfunction(getattr(alance, n)) and not n.startswith("_")}
-    assert {"open_dataset", "write_dataset", "dataset"} <= functions
+    assert {"open_dataset", "write_dataset"} <= functions
     for name in functions:
         assert hasattr(al, name), f"alance.sync lacks {name}"
         fn = getattr(al, name)

@@ -149,6 +149,8 @@ class FragmentReader:
                     f"expected {num_rows}")
             for f, col in zip(fields, batch.columns, strict=True):
                 columns[f.id] = col
+        if not projection:  # no columns, but still ``num_rows`` rows
+            return pa.RecordBatch.from_arrays([pa.nulls(num_rows)], ["_"]).select([])
         arrays = [columns[f.id] if f.id in columns else pa.nulls(num_rows, f.data_type)
                   for f in projection]
         schema = pa.schema([f.to_arrow() for f in projection])

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from alance._proto import table_pb2
 from alance.dataset.read import FragmentReader, ReadContext, live_rows
 from alance.errors import InvalidInputError, UnsupportedFeatureError
-from alance.filter import compile_filter, filter_columns
+from alance.filter import compile_filter_and_columns
 from alance.format.feature_flags import FeatureFlag
 from alance.format.schema import LanceField
 
@@ -28,6 +28,7 @@ ROW_ADDRESS = "_rowaddr"
 SYSTEM_COLUMNS = (ROW_ID, ROW_ADDRESS)
 DEFAULT_BATCH_SIZE = 8192
 DEFAULT_READ_AHEAD = 8
+_POSITION = "__alance_position"
 
 
 def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
@@ -75,17 +76,19 @@ class Scanner:
         self.batch_size = batch_size or DEFAULT_BATCH_SIZE
         self.read_ahead = max(1, read_ahead)
         arrow_schema = schema.to_arrow()
+        self._filter_arg = filter
         self.filter: pc.Expression | None = None
         filter_names: list[str] = []
         if isinstance(filter, str) and filter.strip():
-            self.filter = compile_filter(filter, arrow_schema, extra_columns=SYSTEM_COLUMNS)
-            filter_names = filter_columns(filter, arrow_schema, extra_columns=SYSTEM_COLUMNS)
+            self.filter, filter_names = compile_filter_and_columns(
+                filter, arrow_schema, extra_columns=SYSTEM_COLUMNS)
         elif isinstance(filter, pc.Expression):
             self.filter = filter
             filter_names = list(schema.names) + list(SYSTEM_COLUMNS)
         elif filter is not None and not isinstance(filter, str):
             raise InvalidInputError("filter must be a SQL string or a pyarrow.compute.Expression")
         self._filter_system = [n for n in SYSTEM_COLUMNS if n in filter_names]
+        self._filter_names = set(filter_names)
         extra = [schema.field(n) for n in filter_names
                  if n not in SYSTEM_COLUMNS and n not in names]
         self.read_fields = self.projection + extra
@@ -125,29 +128,66 @@ class Scanner:
             if start < reader.physical_rows:  # rows past the first file's groups (defensive)
                 yield _Chunk(reader, start, reader.physical_rows)
 
-    @property
-    def _skipped_before_reading(self) -> int:
-        return 0
-
     async def _read_chunk(self, chunk: _Chunk) -> pa.RecordBatch:
-        batch = await chunk.fragment.read_range(self.read_fields, chunk.start, chunk.end)
+        """The result rows of one chunk: deletions removed, filter applied, projected."""
+        fragment = chunk.fragment
         offsets = np.arange(chunk.start, chunk.end, dtype=np.uint64)
-        deleted = await self.ctx.deleted_offsets(chunk.fragment.fragment)
+        deleted = await self.ctx.deleted_offsets(fragment.fragment)
+        keep: np.ndarray | None = None
         if deleted is not None and len(deleted):
             keep = ~np.isin(offsets, deleted.astype(np.uint64), assume_unique=True)
-            if not keep.all():
+            offsets = offsets[keep]
+        if self.filter is None:
+            batch = await fragment.read_range(self.read_fields, chunk.start, chunk.end)
+            if keep is not None:
                 batch = batch.filter(pa.array(keep))
-                offsets = offsets[keep]
-        needs_addr = self.with_row_id or self.with_row_address or self._filter_system
-        if needs_addr:
-            addr = row_addresses(chunk.fragment.id, offsets)
-            for name in SYSTEM_COLUMNS:
-                batch = batch.append_column(pa.field(name, pa.uint64(), True), addr)
-        if self.filter is not None:
-            try:
-                batch = batch.filter(self.filter)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
+            return self._finish(batch, fragment.id, offsets)
+        # Late materialisation: evaluate the filter on its own columns first, then fetch the
+        # other projected columns only for the rows that pass (when few do).
+        filter_fields = self.read_fields[len(self.projection):] + [
+            f for f in self.projection if f.name in self._filter_names]
+        rest = [f for f in self.projection if f.name not in self._filter_names]
+        head = await fragment.read_range(filter_fields, chunk.start, chunk.end)
+        if keep is not None:
+            head = head.filter(pa.array(keep))
+        head = self._with_system_columns(head, fragment.id, offsets)
+        positions = pa.array(np.arange(len(offsets), dtype=np.int64))
+        head = pa.RecordBatch.from_arrays([*head.columns, positions],
+                                          schema=head.schema.append(pa.field(_POSITION,
+                                                                             pa.int64())))
+        try:
+            selected = head.filter(self.filter)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
+        positions = selected.column(_POSITION).to_numpy()
+        if rest and selected.num_rows:
+            if selected.num_rows * 4 < chunk.end - chunk.start:
+                tail = await fragment.read_rows(rest, offsets[positions].astype(np.int64))
+            else:
+                tail = await fragment.read_range(rest, chunk.start, chunk.end)
+                if keep is not None:
+                    tail = tail.filter(pa.array(keep))
+                tail = tail.take(pa.array(positions))
+            for field, column in zip(tail.schema, tail.columns, strict=True):
+                selected = selected.append_column(field, column)
+        elif rest:
+            for f in rest:
+                selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
+        return selected.select(self.output_schema.names)
+
+    def _with_system_columns(self, batch: pa.RecordBatch, fragment_id: int,
+                             offsets: np.ndarray) -> pa.RecordBatch:
+        if self.with_row_id or self.with_row_address or self._filter_system:
+            addr = row_addresses(fragment_id, offsets)
+            arrays = [*batch.columns, addr, addr]
+            fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in SYSTEM_COLUMNS)]
+            # Rebuilt rather than appended to: a batch with no columns has no row count.
+            batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+        return batch
+
+    def _finish(self, batch: pa.RecordBatch, fragment_id: int, offsets: np.ndarray,
+                ) -> pa.RecordBatch:
+        batch = self._with_system_columns(batch, fragment_id, offsets)
         return batch.select(self.output_schema.names)
 
     async def _filtered_batches(self) -> AsyncIterator[pa.RecordBatch]:
@@ -224,9 +264,8 @@ class Scanner:
             total = sum(live_rows(f) for f in self.fragments)
             total = max(0, total - self.offset)
             return total if self.limit is None else min(total, self.limit)
-        counter = Scanner(self.ctx, columns=[], filter=None)
-        counter.__dict__.update(self.__dict__)
-        counter.projection = []
+        counter = Scanner(self.ctx, columns=[], filter=self._filter_arg, limit=self.limit,
+                          offset=self.offset, fragments=self.fragments)
         count = 0
         async for batch in counter.to_batches():
             count += batch.num_rows

@@ -32,6 +32,8 @@ from alance.errors import (
 
 #: How many requests one store keeps in flight at most (per process and store).
 DEFAULT_MAX_CONCURRENCY = 16
+#: Streaming writes hand the store parts of about this size (bounded write buffer).
+DEFAULT_PART_SIZE = 8 * 1024 * 1024
 #: Ranges closer than this are fetched with one request.
 DEFAULT_COALESCE_BYTES = 64 * 1024
 
@@ -223,9 +225,9 @@ class DatasetStore:
             except (_ObsBaseError, OSError) as exc:
                 raise _map_error(exc, path) from exc
 
-    def open_writer(self, path: str) -> ObjectWriter:
+    def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
-        return ObjectWriter(self, path)
+        return ObjectWriter(self, path, part_size)
 
 
 class ObjectWriter:
@@ -236,11 +238,14 @@ class ObjectWriter:
     any visible partial object is deleted.
     """
 
-    def __init__(self, store: DatasetStore, path: str) -> None:
+    def __init__(self, store: DatasetStore, path: str, part_size: int) -> None:
         self._store = store
         self.path = path
         self._key = store._key(path)
         self._file: Any = None
+        self._part_size = part_size
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self.bytes_written = 0
 
     async def __aenter__(self) -> ObjectWriter:
@@ -251,18 +256,34 @@ class ObjectWriter:
         return self
 
     async def write(self, data: bytes) -> None:
-        """Append bytes to the object being written."""
+        """Append bytes to the object being written.
+
+        Small writes are gathered into parts of about ``part_size`` bytes before they are
+        handed to the store, so per-call overhead does not depend on how finely the caller
+        slices its output.
+        """
         if not data:
             return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self.bytes_written += len(data)
+        if self._pending_bytes >= self._part_size:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._pending:
+            return
+        part = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
         try:
-            await self._file.write(data)
+            await self._file.write(part)
         except (_ObsBaseError, OSError) as exc:
             raise _map_error(exc, self.path) from exc
-        self.bytes_written += len(data)
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             try:
+                await self._flush()
                 await self._file.close()
             except (_ObsBaseError, OSError) as err:
                 await self._store.delete(self.path)

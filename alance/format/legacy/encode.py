@@ -295,10 +295,10 @@ def encode_field(lf: LanceField, arr: pa.Array, sink: ByteSink,
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         if check:
             _refuse_nulls(arr, lf, path, "list")
-        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False))
-        lo = int(offsets[0]) if len(offsets) else 0
-        hi = int(offsets[-1]) if len(offsets) else 0
-        rebased = (offsets - lo).astype("<i8" if pa.types.is_large_list(t) else "<i4")
+        list_offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        lo = int(list_offsets[0]) if len(list_offsets) else 0
+        hi = int(list_offsets[-1]) if len(list_offsets) else 0
+        rebased = (list_offsets - lo).astype("<i8" if pa.types.is_large_list(t) else "<i4")
         if len(rebased) == 0:
             rebased = np.zeros(1, dtype=rebased.dtype)
         pages[lf.id] = (sink.position, len(rebased))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,8 @@ from alance.format.legacy.layout import (
 )
 from alance.format.legacy.plan import Plan, coalesced, gather
 from alance.format.schema import LanceField, LanceSchema
+
+T = TypeVar("T")
 
 DEFAULT_TAIL_SIZE = 64 * 1024
 DEFAULT_COALESCE_GAP = 16 * 1024
@@ -141,6 +144,8 @@ def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
         block = yield from _read_bytes(mpos, meta_pos, tail, tail_start)
         schema = _parse_manifest_schema(block)
         field_ids = schema.field_ids()
+        if not field_ids:
+            raise CorruptFileError("embedded manifest has no fields")
     if not field_ids:
         raise InvalidInputError("a data file holds at least one field")
     lo, hi = min(field_ids), max(field_ids)
@@ -203,7 +208,7 @@ class LegacyFileReader:
         """Row groups in the file."""
         return self.file.num_batches
 
-    def _wrap(self, plan: Plan[object]) -> Plan[object]:
+    def _wrap(self, plan: Plan[T]) -> Plan[T]:
         return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
 
     def _pages(self, batch: int):  # type: ignore[no-untyped-def]
@@ -224,23 +229,41 @@ class LegacyFileReader:
         schema = _project(self.schema, projection)
         off = self.file.batch_offsets
         runs = Runs.span(0, int(off[batch + 1] - off[batch]))
-        return self._wrap(self._batch_plan(schema, batch, runs))  # type: ignore[return-value]
+        return self._wrap(self._batch_plan(schema, batch, runs))
 
     def take(self, rows: Sequence[int] | np.ndarray,
              projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
         """Plan reading the given rows (file row offsets, in the order given)."""
         schema = _project(self.schema, projection)
-        return self._wrap(self._take_plan(schema, np.asarray(rows, dtype=np.int64)))  # type: ignore[return-value]
+        return self._wrap(self._take_plan(schema, np.asarray(rows, dtype=np.int64)))
 
     def read_range(self, start: int, stop: int,
                    projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
         """Plan reading rows ``start..stop`` of the file (may span row groups)."""
         if not 0 <= start <= stop <= self.num_rows:
             raise InvalidInputError(f"rows {start}..{stop} out of range 0..{self.num_rows}")
-        return self.take(np.arange(start, stop, dtype=np.int64), projection)
+        schema = _project(self.schema, projection)
+        off = self.file.batch_offsets
+        plans = []
+        for b in range(self.num_batches):
+            lo, hi = max(start, int(off[b])), min(stop, int(off[b + 1]))
+            if lo < hi:
+                plans.append(self._batch_plan(schema, b, Runs.span(lo - int(off[b]),
+                                                                   hi - int(off[b]))))
+        return self._wrap(self._concat(schema, plans))
+
+    def _concat(self, schema: LanceSchema, plans: list[Plan[pa.RecordBatch]],
+                ) -> Plan[pa.RecordBatch]:
+        arrow_schema = schema.to_arrow()
+        batches = yield from gather(plans)
+        if not batches:
+            return pa.RecordBatch.from_pylist([], schema=arrow_schema)
+        if len(batches) == 1:
+            return batches[0]  # type: ignore[no-any-return]
+        combined = pa.Table.from_batches(batches, schema=arrow_schema).combine_chunks()
+        return combined.to_batches()[0]
 
     def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
-        arrow_schema = schema.to_arrow()
         if len(rows) and (rows.min() < 0 or rows.max() >= self.num_rows):
             raise InvalidInputError(f"row offsets out of range 0..{self.num_rows}")
         uniq, inverse = np.unique(rows, return_inverse=True)
@@ -252,21 +275,15 @@ class LegacyFileReader:
             b = int(batch_of[chunk[0]])
             runs = Runs.from_indices(uniq[chunk] - off[b])
             plans.append(self._batch_plan(schema, b, runs))
-        batches = yield from gather(plans)
-        if not batches:
-            return pa.RecordBatch.from_pylist([], schema=arrow_schema)
-        if len(batches) == 1:
-            result = batches[0]
-        else:
-            combined = pa.Table.from_batches(batches, schema=arrow_schema).combine_chunks()
-            result = combined.to_batches()[0]
+        result = yield from self._concat(schema, plans)
         if len(uniq) != len(rows) or np.any(np.diff(rows) < 0):
             result = result.take(pa.array(inverse.ravel()))
         return result
 
     def read_dictionaries(self) -> Plan[dict[int, pa.Array]]:
         """Plan loading the dictionary values stored in this file for the reader's schema."""
-        plans, ids = [], []
+        plans: list[Plan[pa.Array]] = []
+        ids: list[int] = []
         for f in self.schema.walk():
             t = f.data_type
             if pa.types.is_dictionary(t):
@@ -275,7 +292,7 @@ class LegacyFileReader:
                 offset, length = f.dictionary
                 plans.append(read_dictionary_values(t.value_type, offset, length))
                 ids.append(f.id)
-        values = yield from self._wrap(gather(plans))  # type: ignore[misc]
+        values: list[pa.Array] = yield from self._wrap(gather(plans))
         result = dict(zip(ids, values, strict=True))
         self.dictionaries.update(result)
         return result
@@ -286,7 +303,7 @@ class LegacyFileReader:
         The result has one struct column per field that has statistics, named by the field
         id, with ``null_count``, ``min_value`` and ``max_value``; one row per row group.
         """
-        return self._wrap(self._stats_plan(list(field_ids)))  # type: ignore[return-value]
+        return self._wrap(self._stats_plan(list(field_ids)))
 
     def _stats_plan(self, field_ids: list[int]) -> Plan[pa.RecordBatch | None]:
         meta = self.file.metadata

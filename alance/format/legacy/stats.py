@@ -40,12 +40,12 @@ from alance.format.schema import (
 
 PREFIX_LENGTH = 64
 
-_INT_TYPES = {
+_INT_TYPES: dict[str, type[np.integer]] = {
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
     "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
     "date32:day": np.int32, "date64:ms": np.int64,
 }
-_FLOAT_TYPES = {"float": np.float32, "double": np.float64}
+_FLOAT_TYPES: dict[str, type[np.floating]] = {"float": np.float32, "double": np.float64}
 _BINARY_TYPES = ("string", "binary", "large_string", "large_binary", "json")
 _I128_MIN = (-(1 << 127)).to_bytes(16, "little", signed=True)
 _I128_MAX = ((1 << 127) - 1).to_bytes(16, "little", signed=True)
@@ -130,28 +130,31 @@ def compute_stats(lf: LanceField, arr: pa.Array) -> StatsRow:
         return StatsRow(nulls, true_present and not false_present,
                         true_present or not false_present)
     if lt in _INT_TYPES:
-        dtype = np.dtype(_INT_TYPES[lt]).newbyteorder("<")
+        itype = _INT_TYPES[lt]
         if not has_values:
-            info = np.iinfo(dtype)
-            lo, hi = info.min, info.max
+            info = np.iinfo(itype)
+            ilo, ihi = int(info.min), int(info.max)
         else:
-            view = arr.view(pa.from_numpy_dtype(dtype)) if lt.startswith("date") else arr
+            view = arr.view(pa.from_numpy_dtype(itype)) if lt.startswith("date") else arr
             mm = pc.min_max(view)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        return StatsRow(nulls, np.array(lo, dtype).tobytes(), np.array(hi, dtype).tobytes())
+            ilo, ihi = int(mm["min"].as_py()), int(mm["max"].as_py())
+        dtype = np.dtype(itype).newbyteorder("<")
+        return StatsRow(nulls, np.array(ilo, dtype).tobytes(), np.array(ihi, dtype).tobytes())
     if lt in _FLOAT_TYPES:
         dtype = np.dtype(_FLOAT_TYPES[lt]).newbyteorder("<")
-        lo = hi = None
+        flo, fhi = math.nan, math.nan
         if has_values:
             mm = pc.min_max(arr)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
-            lo, hi = -math.inf, math.inf
-        if lo == 0.0:
-            lo = -0.0
-        if hi == 0.0:
-            hi = 0.0
-        return StatsRow(nulls, np.array(lo, dtype).tobytes(), np.array(hi, dtype).tobytes())
+            lo_py, hi_py = mm["min"].as_py(), mm["max"].as_py()
+            if lo_py is not None and hi_py is not None:
+                flo, fhi = float(lo_py), float(hi_py)
+        if math.isnan(flo) or math.isnan(fhi):  # no non-NaN value: unknown
+            flo, fhi = -math.inf, math.inf
+        if flo == 0.0:
+            flo = -0.0
+        if fhi == 0.0:
+            fhi = 0.0
+        return StatsRow(nulls, np.array(flo, dtype).tobytes(), np.array(fhi, dtype).tobytes())
     if lt.startswith("decimal:128:"):
         if not has_values:
             return StatsRow(nulls, _I128_MIN, _I128_MAX)
