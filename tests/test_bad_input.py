@@ -137,7 +137,7 @@ def _bad_magic(b: bytes) -> bytes:
 
 
 def _bad_metadata_position(b: bytes) -> bytes:
-    pos, major, minor, magic = struct.unpack("<QHH4s", b[-16:])
+    _pos, major, minor, magic = struct.unpack("<QHH4s", b[-16:])
     return b[:-16] + struct.pack("<QHH4s", len(b) + 1000, major, minor, magic)
 
 
@@ -174,6 +174,20 @@ async def test_damaged_data_file(ds2: str, damage: str) -> None:
     assert (await fresh.take([5, 99])).equals(A.take([5, 99]))
     assert (await (await alance.open_dataset(ds2, version=1)).to_table()).equals(A)
     assert tree(ds2) == before
+
+
+@pytest.mark.parametrize("damage", ["truncated_half", "empty", "bad_magic"])
+async def test_damaged_data_file_in_memory(damage: str) -> None:
+    from alance.io.uri import open_store
+
+    uri = f"memory://{uuid.uuid4().hex}/ds.lance"
+    await alance.write_dataset(A, uri)
+    store = open_store(uri)
+    ds = await alance.open_dataset(uri)
+    path = f"data/{ds.get_fragments()[0].files[0].path}"
+    await store.put(path, DATA_DAMAGE[damage](await store.get(path)))
+    with pytest.raises(CorruptFileError):
+        await (await alance.open_dataset(uri)).to_table()
 
 
 # -- feature flags -------------------------------------------------------------------------------

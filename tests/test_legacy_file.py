@@ -39,6 +39,8 @@ from alance.format.schema import LanceField, LanceSchema
 # Helpers
 # ---------------------------------------------------------------------------------------
 
+BF16_META = {"ARROW:extension:name": "lance.bfloat16", "ARROW:extension:metadata": ""}
+
 
 def _table() -> pa.Table:
     """Every type v0.2 stores faithfully, no nulls where v0.2 cannot keep them."""
@@ -69,6 +71,9 @@ def _table() -> pa.Table:
         "vec": pa.FixedSizeListArray.from_arrays(pa.array(f32), 3),
         "bvec": pa.FixedSizeListArray.from_arrays(pa.array([True, False, True] * n), 3),
         "fsb": pa.array([bytes([i, i + 1]) for i in range(n)], pa.binary(2)),
+        "bf16": pa.FixedSizeListArray.from_arrays(
+            pa.array([bytes([i, 0x3F]) for i in range(2 * n)], pa.binary(2)),
+            type=pa.list_(pa.field("item", pa.binary(2), True, BF16_META), 2)),
         "dict": pa.array(list("abacbca")).dictionary_encode(),
         "s": pa.array(["a", None, "ccc", "é" * 40, "x", None, "zz"]),
         "ls": pa.array(["a", "b", None, "d", "e", "f", "g"], pa.large_string()),
@@ -316,6 +321,18 @@ def test_dictionaries_unified_across_batches() -> None:
     assert got.column("d").to_pylist() == ["x", "y", "x", "z", "x"]
 
 
+def test_dictionary_seeded_from_dataset() -> None:
+    schema = LanceSchema.from_arrow(pa.schema([("d", pa.dictionary(pa.int32(), pa.string()))]))
+    w = LegacyFileWriter(schema, dictionaries={0: pa.array(["p", "q"])})
+    batch = pa.record_batch({"d": pa.array(["q", "r", "q"]).dictionary_encode()})
+    data = w.write_batch(batch) + w.finish()
+    assert w.dictionaries[0].to_pylist() == ["p", "q", "r"]  # old keys stay valid
+    r = _reader(data)
+    got = _read_all(r, data).column("d").combine_chunks()
+    assert got.indices.to_pylist() == [1, 2, 1]
+    assert got.to_pylist() == ["q", "r", "q"]
+
+
 def test_dictionary_key_overflow_refused() -> None:
     w = LegacyFileWriter(LanceSchema.from_arrow(pa.schema([("d", pa.dictionary(pa.int8(),
                                                                                  pa.string()))])))
@@ -384,9 +401,9 @@ def test_refuses_schema_violations() -> None:
         w.write_batch(pa.record_batch({"s": pa.array([1])}))
     with pytest.raises(SchemaMismatchError):
         w.write_batch(pa.record_batch({"t": pa.array(["a"])}))
-    with pytest.raises(UnsupportedFeatureError):
-        LegacyFileWriter(LanceSchema.from_arrow(pa.schema([("m", pa.map_(pa.string(),
-                                                                          pa.int32()))])))
+    for unsupported in (pa.map_(pa.string(), pa.int32()), pa.list_(pa.string(), 2)):
+        with pytest.raises(UnsupportedFeatureError):
+            LegacyFileWriter(LanceSchema.from_arrow(pa.schema([("m", unsupported)])))
     w.finish()
     with pytest.raises(InvalidInputError):
         w.write_batch(pa.record_batch({"s": pa.array(["a"])}))

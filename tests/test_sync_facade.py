@@ -218,7 +218,7 @@ def test_scan_break_leaks_nothing(written: tuple[str, pa.Table]) -> None:
 
 
 def test_pickle_sync_dataset(written: tuple[str, pa.Table]) -> None:
-    uri, table = written
+    uri, _ = written
     al.write_dataset(make_table(5, start=50_000), uri, mode="append")
     latest = al.open_dataset(uri)
     old = latest.checkout_version(1)

@@ -72,7 +72,20 @@ async def commit_transaction(
     ``must_create`` turns losing the race for version 1 into :class:`AlreadyExistsError`.
     """
     txn_name = transaction_file_name(txn.read_version, txn.uuid)
-    await store.put(f"{TRANSACTIONS_DIR}/{txn_name}", encode_transaction_file(txn))
+    txn_path = f"{TRANSACTIONS_DIR}/{txn_name}"
+    await store.put(txn_path, encode_transaction_file(txn))
+    try:
+        return await _commit_loop(store, handler, base, txn, txn_name, data_storage_version,
+                                  naming_scheme, max_retries, must_create)
+    except BaseException:
+        await store.delete(txn_path)  # no manifest references it
+        raise
+
+
+async def _commit_loop(store: DatasetStore, handler: CommitHandler, base: Snapshot | None,
+                       txn: transaction_pb2.Transaction, txn_name: str,
+                       data_storage_version: str, naming_scheme: ManifestNamingScheme,
+                       max_retries: int, must_create: bool) -> Snapshot:
     current = base
     checked = base.version if base is not None else 0
     for attempt in range(max_retries + 1):

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from alance.errors import CorruptFileError, InvalidInputError
+from alance.errors import CorruptFileError, InvalidInputError, PathOutsideDatasetError
 from alance.format.legacy.reader import LegacyFileReader, open_file
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
@@ -55,6 +55,8 @@ class DataFileReader:
             size = (await store.head(path)).size
         try:
             file = await run_plan(open_file(size, schema.field_ids()), store, path)
+        except PathOutsideDatasetError:
+            raise
         except InvalidInputError as exc:
             raise CorruptFileError(f"{path}: {exc}") from exc
         return cls(store, path, LegacyFileReader(file, schema, dictionaries=dictionaries))

@@ -32,6 +32,7 @@ from alance.errors import (
     InvalidInputError,
     UnsupportedFeatureError,
 )
+from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
@@ -220,6 +221,8 @@ async def write_dataset(
         base: Snapshot | None = await load_snapshot(store, handler)
     except DatasetNotFoundError:
         base = None
+    if base is not None:
+        check_writer_flags(base.manifest.writer_feature_flags)
     if base is not None and mode == "create":
         raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
                                  "or mode='overwrite'")

@@ -1,9 +1,10 @@
-"""The object-store interface alance's dataset and commit layers use, and its obstore backend.
+"""The object-store interface alance's dataset and commit layers use.
 
 A :class:`DatasetStore` is bound to one dataset root. Every path it takes is *relative to that
 root* (``"_versions/1.manifest"``, ``"data/abc.lance"``); paths that would leave the root are
 refused with :class:`~alance.errors.PathOutsideDatasetError`. It knows nothing of the Lance
-format: it moves bytes, maps obstore's exceptions to alance's, and bounds concurrency.
+format: it holds IO policy (path safety, concurrency bounds, range coalescing, write buffering)
+and leaves moving bytes to a backend (:mod:`alance.io.backends`).
 """
 
 from __future__ import annotations
@@ -11,24 +12,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import obstore
-from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
-from obstore.exceptions import BaseError as _ObsBaseError
-from obstore.exceptions import NotFoundError as _ObsNotFound
-from obstore.exceptions import PreconditionError as _ObsPrecondition
-
 from alance.errors import (
-    AlanceError,
-    AlreadyExistsError,
     InvalidInputError,
     NotFoundError,
     PathOutsideDatasetError,
-    StoreError,
+    UnsupportedFeatureError,
 )
+from alance.io.backends import Backend, ObstoreBackend, Upload, obstore_usable
 
 #: How many requests one store keeps in flight at most (per process and store).
 DEFAULT_MAX_CONCURRENCY = 16
@@ -48,15 +42,6 @@ class ObjectMeta:
     e_tag: str | None = None
 
 
-def _map_error(exc: BaseException, path: str) -> AlanceError:
-    """Turn an obstore (or OS) exception into the matching alance error."""
-    if isinstance(exc, (_ObsNotFound, FileNotFoundError)):
-        return NotFoundError(f"not found: {path}")
-    if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
-        return AlreadyExistsError(f"already exists: {path}")
-    return StoreError(f"object store error on {path}: {exc}")
-
-
 def safe_relative_path(path: str) -> str:
     """Normalise a path relative to the dataset root, refusing anything that escapes it."""
     if not path or path.startswith("/") or "\\" in path or "\x00" in path:
@@ -68,22 +53,26 @@ def safe_relative_path(path: str) -> str:
 
 
 class DatasetStore:
-    """Async access to the objects under one dataset root, through an obstore store.
+    """Async access to the objects under one dataset root.
 
     Args:
-        store: the obstore store (``LocalStore``, ``MemoryStore``, ``S3Store``...).
-        root: the dataset root *inside* that store (no leading slash), e.g. ``"data/t.lance"``.
+        backend: moves the bytes (:mod:`alance.io.backends`), e.g. an ``ObstoreBackend``.
+        root: the dataset root *inside* the backend's key space (no leading slash).
         uri: the dataset URI the user gave, for messages and pickling.
         max_concurrency: requests in flight at most through this object.
         coalesce_bytes: gap below which neighbouring ranges of one object are read together.
+        after_fork: builds a replacement backend for a process forked after obstore was used
+            (obstore cannot run there); ``None`` means such a child cannot use this store.
     """
 
-    def __init__(self, store: Any, root: str, *, uri: str,
+    def __init__(self, backend: Backend, root: str, *, uri: str,
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                 coalesce_bytes: int = DEFAULT_COALESCE_BYTES) -> None:
+                 coalesce_bytes: int = DEFAULT_COALESCE_BYTES,
+                 after_fork: Callable[[], Backend] | None = None) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
-        self.store = store
+        self._backend_obj = backend
+        self._after_fork = after_fork
         self.root = root.strip("/")
         self.uri = uri
         self.max_concurrency = max_concurrency
@@ -92,6 +81,19 @@ class DatasetStore:
 
     def __repr__(self) -> str:
         return f"DatasetStore({self.uri!r})"
+
+    @property
+    def backend(self) -> Backend:
+        """The backend to use in this process (switching to the fork fallback if needed)."""
+        if isinstance(self._backend_obj, ObstoreBackend) and not obstore_usable():
+            if self._after_fork is None:
+                raise UnsupportedFeatureError(
+                    f"{self.uri}: this process was forked after alance used obstore, whose "
+                    "runtime does not survive fork; open the dataset before forking no object "
+                    "store, or start workers with the 'spawn' method")
+            self._backend_obj = self._after_fork()
+            self._semaphores.clear()
+        return self._backend_obj
 
     # -- helpers -----------------------------------------------------------------------------
     def _key(self, path: str) -> str:
@@ -117,22 +119,11 @@ class DatasetStore:
         """The whole object."""
         key = self._key(path)
         async with self._sem:
-            try:
-                result = await obstore.get_async(self.store, key)
-                return bytes(await result.bytes_async())
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, path) from exc
+            return await self.backend.get(key)
 
     async def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object."""
-        if end <= start:
-            return b""
-        key = self._key(path)
-        async with self._sem:
-            try:
-                return bytes(await obstore.get_range_async(self.store, key, start=start, end=end))
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, path) from exc
+        return (await self.get_ranges(path, [(start, end)]))[0]
 
     async def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Several ranges ``[start, end)`` of one object, coalesced where close together."""
@@ -143,24 +134,18 @@ class DatasetStore:
         if wanted:
             key = self._key(path)
             async with self._sem:
-                try:
-                    parts = await obstore.get_ranges_async(
-                        self.store, key, starts=[s for s, _ in wanted],
-                        ends=[e for _, e in wanted], coalesce=self.coalesce_bytes)
-                except (_ObsBaseError, OSError) as exc:
-                    raise _map_error(exc, path) from exc
-            for rng, part in zip(wanted, parts, strict=True):
-                out[rng] = bytes(part)
+                parts = await self.backend.get_ranges(key, wanted, self.coalesce_bytes)
+            out.update(zip(wanted, parts, strict=True))
         return [out[(s, e)] for s, e in ranges]
 
     async def head(self, path: str) -> ObjectMeta:
         """Size and modification time of an object."""
         key = self._key(path)
         async with self._sem:
-            try:
-                meta = await obstore.head_async(self.store, key)
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, path) from exc
+            meta = await self.backend.head(key)
+        return self._meta(meta)
+
+    def _meta(self, meta: dict[str, Any]) -> ObjectMeta:
         return ObjectMeta(self._rel(meta["path"]), meta["size"], meta.get("last_modified"),
                           meta.get("e_tag"))
 
@@ -173,57 +158,36 @@ class DatasetStore:
         return True
 
     async def list(self, prefix: str) -> list[ObjectMeta]:
-        """Every object whose path starts with the directory ``prefix`` (recursive)."""
+        """Every object under the directory ``prefix`` (recursive)."""
         key = self._key(prefix)
-        out: list[ObjectMeta] = []
         async with self._sem:
-            try:
-                stream = obstore.list(self.store, key + "/")
-                async for chunk in stream:
-                    out.extend(ObjectMeta(self._rel(m["path"]), m["size"],
-                                          m.get("last_modified"), m.get("e_tag"))
-                               for m in chunk)
-            except (_ObsNotFound, FileNotFoundError):
-                return []
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, prefix) from exc
-        return out
+            metas = await self.backend.list(key + "/")
+        return [self._meta(m) for m in metas]
 
     # -- writes ------------------------------------------------------------------------------
     async def put(self, path: str, data: bytes) -> None:
         """Write an object, replacing any existing one."""
-        await self._put(path, data, None)
+        key = self._key(path)
+        async with self._sem:
+            await self.backend.put(key, data, create=False)
 
     async def put_if_absent(self, path: str, data: bytes) -> None:
         """Create an object atomically; :class:`AlreadyExistsError` if it exists already."""
-        await self._put(path, data, "create")
-
-    async def _put(self, path: str, data: bytes, mode: str | None) -> None:
         key = self._key(path)
         async with self._sem:
-            try:
-                await obstore.put_async(self.store, key, data, mode=mode)  # type: ignore[arg-type]
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, path) from exc
+            await self.backend.put(key, data, create=True)
 
     async def copy(self, src: str, dst: str, *, overwrite: bool = True) -> None:
         """Copy one object to another path inside the dataset."""
+        src_key, dst_key = self._key(src), self._key(dst)
         async with self._sem:
-            try:
-                await obstore.copy_async(self.store, self._key(src), self._key(dst),
-                                         overwrite=overwrite)
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, f"{src} -> {dst}") from exc
+            await self.backend.copy(src_key, dst_key, overwrite=overwrite)
 
     async def delete(self, path: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
+        key = self._key(path)
         async with self._sem:
-            try:
-                await obstore.delete_async(self.store, self._key(path))
-            except (_ObsNotFound, FileNotFoundError):
-                return
-            except (_ObsBaseError, OSError) as exc:
-                raise _map_error(exc, path) from exc
+            await self.backend.delete(key)
 
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
@@ -242,17 +206,14 @@ class ObjectWriter:
         self._store = store
         self.path = path
         self._key = store._key(path)
-        self._file: Any = None
+        self._upload: Upload | None = None
         self._part_size = part_size
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self.bytes_written = 0
 
     async def __aenter__(self) -> ObjectWriter:
-        try:
-            self._file = obstore.open_writer_async(self._store.store, self._key)
-        except (_ObsBaseError, OSError) as exc:
-            raise _map_error(exc, self.path) from exc
+        self._upload = self._store.backend.upload(self._key)
         return self
 
     async def write(self, data: bytes) -> None:
@@ -275,20 +236,19 @@ class ObjectWriter:
             return
         part = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
-        try:
-            await self._file.write(part)
-        except (_ObsBaseError, OSError) as exc:
-            raise _map_error(exc, self.path) from exc
+        assert self._upload is not None
+        await self._upload.write(part)
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._upload is not None
         if exc_type is None:
             try:
                 await self._flush()
-                await self._file.close()
-            except (_ObsBaseError, OSError) as err:
+                await self._upload.complete()
+            except BaseException:
+                await self._upload.abort()
                 await self._store.delete(self.path)
-                raise _map_error(err, self.path) from err
+                raise
         else:
-            # Never completing the upload leaves no object; delete in case a backend made one.
+            await self._upload.abort()
             await self._store.delete(self.path)
-

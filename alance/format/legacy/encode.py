@@ -84,11 +84,16 @@ def is_var_binary(t: pa.DataType) -> bool:
 
 
 def is_fixed_stride(t: pa.DataType) -> bool:
-    """Types stored with plain encoding (a fixed number of bits per value)."""
+    """Types stored with plain encoding (a fixed number of bits per value).
+
+    Fixed-size lists qualify when their items do (recursively).
+    """
+    t = _storage_type(t)
+    if pa.types.is_fixed_size_list(t):
+        return is_fixed_stride(t.value_type)
     return (pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
             or pa.types.is_temporal(t) or pa.types.is_decimal(t)
-            or pa.types.is_fixed_size_binary(t) or pa.types.is_fixed_size_list(t)) and not (
-        pa.types.is_interval(t))
+            or pa.types.is_fixed_size_binary(t)) and not pa.types.is_interval(t)
 
 
 def fixed_bit_width(t: pa.DataType) -> int:
@@ -117,14 +122,18 @@ def check_type(lf: LanceField, t: pa.DataType, path: str) -> None:
         raise SchemaMismatchError(f"column {path!r}: expected {lf.logical_type}, got {t}")
     if pa.types.is_struct(t):
         names = [t.field(i).name for i in range(t.num_fields)]
+        if sorted(names) != sorted(c.name for c in lf.children):
+            raise SchemaMismatchError(f"column {path!r}: struct fields {names} do not match "
+                                      f"{[c.name for c in lf.children]}")
         for child in lf.children:
-            if child.name not in names:
-                raise SchemaMismatchError(f"column {path!r}: struct field {child.name!r} missing")
             check_type(child, t.field(child.name).type, f"{path}.{child.name}")
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         check_type(lf.children[0], t.value_type, f"{path}.{lf.children[0].name}")
     elif pa.types.is_map(t):
         raise UnsupportedFeatureError(f"column {path!r}: maps cannot be stored in v0.2 files")
+    elif pa.types.is_fixed_size_list(t) and not is_fixed_stride(t):
+        raise UnsupportedFeatureError(
+            f"column {path!r}: fixed-size lists of {t.value_type} cannot be stored in v0.2 files")
 
 
 def _refuse_nulls(arr: pa.Array, lf: LanceField, path: str, what: str) -> None:

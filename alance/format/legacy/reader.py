@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from alance._proto import file_pb2, table_pb2
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from alance.format.legacy.decode import Runs, read_dictionary_values, read_field
+from alance.format.legacy.decode import PageLookup, Runs, read_dictionary_values, read_field
 from alance.format.legacy.layout import (
     FOOTER_SIZE,
     Footer,
@@ -211,7 +211,7 @@ class LegacyFileReader:
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
         return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
 
-    def _pages(self, batch: int):  # type: ignore[no-untyped-def]
+    def _pages(self, batch: int) -> PageLookup:
         table = self.file.page_table
         return lambda fid: table.get(fid, batch)
 
@@ -235,7 +235,10 @@ class LegacyFileReader:
              projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
         """Plan reading the given rows (file row offsets, in the order given)."""
         schema = _project(self.schema, projection)
-        return self._wrap(self._take_plan(schema, np.asarray(rows, dtype=np.int64)))
+        idx = np.asarray(rows, dtype=np.int64).ravel()
+        if len(idx) and (idx.min() < 0 or idx.max() >= self.num_rows):
+            raise InvalidInputError(f"row offsets out of range 0..{self.num_rows}")
+        return self._wrap(self._take_plan(schema, idx))
 
     def read_range(self, start: int, stop: int,
                    projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
@@ -264,8 +267,6 @@ class LegacyFileReader:
         return combined.to_batches()[0]
 
     def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_rows):
-            raise InvalidInputError(f"row offsets out of range 0..{self.num_rows}")
         uniq, inverse = np.unique(rows, return_inverse=True)
         off = self.file.batch_offsets
         batch_of = np.searchsorted(off, uniq, side="right") - 1

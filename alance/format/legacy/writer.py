@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from importlib import metadata as _pkg_metadata
 
 import numpy as np
 import pyarrow as pa
 
 from alance._proto import file_pb2, table_pb2
-from alance.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from alance.errors import InvalidInputError, SchemaMismatchError
 from alance.format.legacy.encode import (
     ByteSink,
     DictionaryState,
@@ -50,22 +51,26 @@ class LegacyFileWriter:
 
     def __init__(self, schema: LanceSchema, *, minor_version: int = 2, statistics: bool = True,
                  writer_version: tuple[str, str] | None = None,
-                 self_describing: bool = True):
-        """Prepare a writer for ``schema`` (field ids as in the dataset manifest)."""
+                 self_describing: bool = True,
+                 dictionaries: Mapping[int, pa.Array] | None = None):
+        """Prepare a writer for ``schema`` (field ids as in the dataset manifest).
+
+        ``dictionaries`` seeds the values of dictionary columns (field id -> values), e.g.
+        the dataset's existing dictionary: keys are written against it and new values are
+        appended (see :attr:`dictionaries`), so keys written before stay valid.
+        """
         if minor_version not in (1, 2):
             raise InvalidInputError("legacy files have minor version 1 or 2")
         if not schema.fields:
             raise InvalidInputError("cannot write a data file without columns")
-        for f in schema.walk():
-            if f.logical_type == "map":
-                raise UnsupportedFeatureError(f"column {f.name!r}: maps need file format 2.x")
-            f.data_type  # noqa: B018  (validates the logical type)
+        for f in schema.fields:
+            check_type(f, f.data_type, f.name)  # refuses types v0.2 cannot store
         self._schema = copy.deepcopy(schema)
         self._minor = minor_version
         self._writer_version = writer_version or _default_writer_version()
         self._self_describing = self_describing
         self._stats = StatisticsCollector.for_schema(self._schema) if statistics else None
-        self._dicts = DictionaryState()
+        self._dicts = DictionaryState(dict(dictionaries or {}))
         ids = self._schema.field_ids()
         self._min_id, self._max_id = min(ids), max(ids)
         self._pages: list[dict[int, tuple[int, int]]] = []
@@ -98,7 +103,10 @@ class LegacyFileWriter:
 
     @property
     def dictionaries(self) -> dict[int, pa.Array]:
-        """Dictionary values per dictionary field id (the dataset manifest needs a copy)."""
+        """Dictionary values per dictionary field id (the dataset manifest needs a copy).
+
+        Upstream readers of v0.1/v0.2 datasets decode every fragment with the single
+        dictionary stored in the manifest, so the manifest must get these values."""
         return dict(self._dicts.values)
 
     # -- writing -------------------------------------------------------------------------------
@@ -112,6 +120,9 @@ class LegacyFileWriter:
         if batch.num_rows == 0:
             return b""
         names = batch.schema.names
+        if sorted(names) != sorted(self._schema.names):
+            raise SchemaMismatchError(
+                f"batch columns {names} do not match the file's {self._schema.names}")
         columns: list[tuple[LanceField, pa.Array]] = []
         for lf in self._schema.fields:
             if lf.name not in names:

@@ -1,0 +1,371 @@
+"""Byte-moving backends behind :class:`~alance.io.store.DatasetStore`.
+
+A backend performs raw operations on full object keys and raises alance errors (lower-layer
+exceptions are mapped here, at the boundary). Three exist:
+
+* :class:`ObstoreBackend` — obstore (Rust, async), for every store obstore supports. The default.
+* :class:`PosixBackend` — plain files through ``os`` calls in worker threads.
+* :class:`DictBackend` — an in-process dictionary.
+
+obstore's runtime does not survive ``os.fork()``: in a child forked after the parent used it,
+every obstore call hangs. :func:`obstore_usable` tells whether that happened; local and memory
+datasets then switch to the pure-Python backends (see ``DatasetStore``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import obstore
+from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
+from obstore.exceptions import BaseError as _ObsBaseError
+from obstore.exceptions import NotFoundError as _ObsNotFound
+from obstore.exceptions import PreconditionError as _ObsPrecondition
+
+from alance.errors import (
+    AlanceError,
+    AlreadyExistsError,
+    CorruptFileError,
+    NotFoundError,
+    StoreError,
+)
+
+#: Raw object metadata: ``{"path": key, "size": int, "last_modified": datetime|None, ...}``.
+Meta = dict[str, Any]
+
+_obstore_pid: int | None = None
+
+
+def _mark_obstore_used() -> None:
+    global _obstore_pid
+    if _obstore_pid is None:
+        _obstore_pid = os.getpid()
+
+
+def obstore_usable() -> bool:
+    """False in a process forked after obstore was used (its runtime threads are gone)."""
+    return _obstore_pid is None or _obstore_pid == os.getpid()
+
+
+def map_error(exc: BaseException, what: str) -> AlanceError:
+    """The alance error for an obstore or OS exception."""
+    if isinstance(exc, AlanceError):
+        return exc
+    if isinstance(exc, (_ObsNotFound, FileNotFoundError, NotADirectoryError)):
+        return NotFoundError(f"not found: {what}")
+    if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
+        return AlreadyExistsError(f"already exists: {what}")
+    return StoreError(f"object store error on {what}: {exc}")
+
+
+class Upload(Protocol):
+    """A streaming write of one object: visible only after :meth:`complete`."""
+
+    async def write(self, data: bytes) -> None: ...
+    async def complete(self) -> None: ...
+    async def abort(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Raw object operations on full keys (no leading slash)."""
+
+    async def get(self, key: str) -> bytes: ...
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         coalesce: int) -> list[bytes]: ...
+    async def head(self, key: str) -> Meta: ...
+    async def list(self, prefix: str) -> list[Meta]: ...
+    async def put(self, key: str, data: bytes, *, create: bool) -> None: ...
+    async def copy(self, src: str, dst: str, *, overwrite: bool) -> None: ...
+    async def delete(self, key: str) -> None: ...
+    def upload(self, key: str) -> Upload: ...
+
+
+# -- obstore ----------------------------------------------------------------------------------
+class _ObstoreUpload:
+    def __init__(self, store: Any, key: str) -> None:
+        self._file = obstore.open_writer_async(store, key)
+        self._key = key
+
+    async def write(self, data: bytes) -> None:
+        try:
+            await self._file.write(data)
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, self._key) from exc
+
+    async def complete(self) -> None:
+        try:
+            await self._file.close()
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, self._key) from exc
+
+    async def abort(self) -> None:
+        # Never completing an upload leaves no object behind (a multipart upload is dropped).
+        self._file = None
+
+
+class ObstoreBackend:
+    """Backend over an obstore store."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def get(self, key: str) -> bytes:
+        _mark_obstore_used()
+        try:
+            result = await obstore.get_async(self.store, key)
+            return bytes(await result.bytes_async())
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, key) from exc
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         coalesce: int) -> list[bytes]:
+        _mark_obstore_used()
+        try:
+            parts = await obstore.get_ranges_async(
+                self.store, key, starts=[s for s, _ in ranges], ends=[e for _, e in ranges],
+                coalesce=coalesce)
+        except (_ObsBaseError, OSError) as exc:
+            if "range" in str(exc).lower() and not isinstance(exc, _ObsNotFound):
+                # The object is shorter than the caller expects it to be.
+                raise CorruptFileError(f"{key}: requested bytes past the end of the object "
+                                       f"({exc.__class__.__name__})") from exc
+            raise map_error(exc, key) from exc
+        return [bytes(p) for p in parts]
+
+    async def head(self, key: str) -> Meta:
+        _mark_obstore_used()
+        try:
+            return dict(await obstore.head_async(self.store, key))
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, key) from exc
+
+    async def list(self, prefix: str) -> list[Meta]:
+        _mark_obstore_used()
+        out: list[Meta] = []
+        try:
+            async for chunk in obstore.list(self.store, prefix):
+                out.extend(dict(m) for m in chunk)
+        except (_ObsNotFound, FileNotFoundError):
+            return []
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, prefix) from exc
+        return out
+
+    async def put(self, key: str, data: bytes, *, create: bool) -> None:
+        _mark_obstore_used()
+        try:
+            await obstore.put_async(self.store, key, data,
+                                    mode="create" if create else None)  # type: ignore[arg-type]
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, key) from exc
+
+    async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
+        _mark_obstore_used()
+        try:
+            await obstore.copy_async(self.store, src, dst, overwrite=overwrite)
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, f"{src} -> {dst}") from exc
+
+    async def delete(self, key: str) -> None:
+        _mark_obstore_used()
+        try:
+            await obstore.delete_async(self.store, key)
+        except (_ObsNotFound, FileNotFoundError):
+            return
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, key) from exc
+
+    def upload(self, key: str) -> Upload:
+        _mark_obstore_used()
+        return _ObstoreUpload(self.store, key)
+
+
+# -- plain files --------------------------------------------------------------------------------
+def _meta_of(key: str, st: os.stat_result) -> Meta:
+    return {"path": key, "size": st.st_size,
+            "last_modified": dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)}
+
+
+def _temp_name(path: str) -> str:
+    return f"{path}.#{uuid.uuid4().hex}"
+
+
+def _write_new(path: str, data: bytes, create: bool) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _temp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    try:
+        if create:
+            os.link(tmp, path)  # atomic: fails if the target exists
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return [os.pread(fd, e - s, s) for s, e in ranges]
+    finally:
+        os.close(fd)
+
+
+def _walk(root: str, prefix: str) -> list[Meta]:
+    base = os.path.join("/", root)
+    out: list[Meta] = []
+    for dirpath, _, files in os.walk(base):
+        for name in files:
+            if ".#" in name:
+                continue  # in-flight temporary files
+            full = os.path.join(dirpath, name)
+            try:
+                out.append(_meta_of(full.lstrip("/"), os.stat(full)))
+            except FileNotFoundError:
+                continue
+    return [m for m in out if m["path"].startswith(prefix)]
+
+
+class _PosixUpload:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._tmp = _temp_name(path)
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in complete/abort
+
+    async def write(self, data: bytes) -> None:
+        await asyncio.to_thread(self._file.write, data)
+
+    async def complete(self) -> None:
+        def finish() -> None:
+            self._file.close()
+            os.replace(self._tmp, self._path)
+
+        await asyncio.to_thread(finish)
+
+    async def abort(self) -> None:
+        self._file.close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+class PosixBackend:
+    """Backend over the local file system (keys are absolute paths without the leading '/')."""
+
+    @staticmethod
+    def _path(key: str) -> str:
+        return "/" + key
+
+    async def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except OSError as exc:
+            raise map_error(exc, what) from exc
+
+    async def get(self, key: str) -> bytes:
+        def read() -> bytes:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+
+        return await self._call(key, read)  # type: ignore[no-any-return]
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         coalesce: int) -> list[bytes]:
+        return await self._call(key, _read_ranges, self._path(key), ranges)  # type: ignore[no-any-return]
+
+    async def head(self, key: str) -> Meta:
+        st = await self._call(key, os.stat, self._path(key))
+        return _meta_of(key, st)
+
+    async def list(self, prefix: str) -> list[Meta]:
+        root = prefix.rstrip("/")
+        return await self._call(prefix, _walk, root, prefix)  # type: ignore[no-any-return]
+
+    async def put(self, key: str, data: bytes, *, create: bool) -> None:
+        await self._call(key, _write_new, self._path(key), data, create)
+
+    async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
+        data = await self.get(src)
+        await self.put(dst, data, create=not overwrite)
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._call(key, os.unlink, self._path(key))
+        except NotFoundError:
+            return
+
+    def upload(self, key: str) -> Upload:
+        return _PosixUpload(self._path(key))
+
+
+# -- in-process dictionary ----------------------------------------------------------------------
+class _DictUpload:
+    def __init__(self, backend: DictBackend, key: str) -> None:
+        self._backend, self._key, self._parts = backend, key, []  # type: list[bytes]
+
+    async def write(self, data: bytes) -> None:
+        self._parts.append(data)
+
+    async def complete(self) -> None:
+        await self._backend.put(self._key, b"".join(self._parts), create=False)
+
+    async def abort(self) -> None:
+        self._parts = []
+
+
+class DictBackend:
+    """Backend over a dictionary shared by every store of one process (``memory://``)."""
+
+    def __init__(self, objects: dict[str, tuple[bytes, dt.datetime]],
+                 lock: threading.Lock) -> None:
+        self._objects = objects
+        self._lock = lock
+
+    def _entry(self, key: str) -> tuple[bytes, dt.datetime]:
+        with self._lock:
+            entry = self._objects.get(key)
+        if entry is None:
+            raise NotFoundError(f"not found: {key}")
+        return entry
+
+    async def get(self, key: str) -> bytes:
+        return self._entry(key)[0]
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         coalesce: int) -> list[bytes]:
+        data = self._entry(key)[0]
+        return [data[s:e] for s, e in ranges]
+
+    async def head(self, key: str) -> Meta:
+        data, when = self._entry(key)
+        return {"path": key, "size": len(data), "last_modified": when}
+
+    async def list(self, prefix: str) -> list[Meta]:
+        with self._lock:
+            items = [(k, v) for k, v in self._objects.items() if k.startswith(prefix)]
+        return [{"path": k, "size": len(d), "last_modified": w} for k, (d, w) in items]
+
+    async def put(self, key: str, data: bytes, *, create: bool) -> None:
+        now = dt.datetime.now(dt.timezone.utc)
+        with self._lock:
+            if create and key in self._objects:
+                raise AlreadyExistsError(f"already exists: {key}")
+            self._objects[key] = (bytes(data), now)
+
+    async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
+        await self.put(dst, await self.get(src), create=not overwrite)
+
+    async def delete(self, key: str) -> None:
+        with self._lock:
+            self._objects.pop(key, None)
+
+    def upload(self, key: str) -> Upload:
+        return _DictUpload(self, key)
