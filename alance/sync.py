@@ -33,7 +33,7 @@ def _iterate(agen: AsyncIterator[T]) -> Iterator[T]:
     try:
         while True:
             try:
-                item = _loop.run(anext(agen))  # type: ignore[arg-type]
+                item: T = _loop.run(anext(agen))  # type: ignore[arg-type]
             except StopAsyncIteration:
                 return
             yield item

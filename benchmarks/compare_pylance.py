@@ -35,8 +35,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import alance  # noqa: E402
-from alance import sync as al  # noqa: E402
+import alance
+from alance import sync as al
 
 STR_LEN = 19
 VEC_DIM = 16

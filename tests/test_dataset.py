@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import decimal
 import datetime as dt
+import decimal
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +15,7 @@ from alance.errors import InvalidInputError
 
 
 def all_types_table(n: int = 300) -> pa.Table:
-    """Every type v0.2 files hold faithfully: no nulls in fixed-width columns, no '' when nullable."""
+    """Every type v0.2 holds faithfully: no nulls in fixed-width columns, no '' when nullable."""
     rng = np.random.default_rng(7)
     ints = np.arange(n)
     cols = {

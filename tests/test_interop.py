@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lance
 import numpy as np
 import pyarrow as pa
@@ -9,7 +11,7 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.errors import UnsupportedFeatureError
+from alance.errors import UnrepresentableValueError, UnsupportedFeatureError
 from tests.test_dataset import all_types_table
 
 
@@ -138,3 +140,31 @@ def test_pylance_legacy_dictionary_alance_reads(tmp_path) -> None:
     assert ours.schema.equals(theirs.schema)
     assert ours.to_table().equals(theirs.to_table())
     assert ours.take([5, 150]).equals(theirs.take([5, 150]))
+
+
+def test_alance_dictionary_columns_pylance_reads(local_uri: str) -> None:
+    colors = pa.array(["red", "green", "blue", "red"] * 100)
+    first = pa.table({"id": pa.array(range(400), pa.int64()),
+                      "color": colors.dictionary_encode()})
+    # a second chunk with its own dictionary (new value "violet") in the same write
+    second = pa.table({"id": pa.array(range(400, 410), pa.int64()),
+                       "color": pa.array(["violet", "red"] * 5).dictionary_encode()})
+    table = pa.concat_tables([first, second])
+    al.write_dataset(table, local_uri, max_rows_per_file=150)
+    expected = table.combine_chunks().column("color").to_pylist()
+    theirs = lance.dataset(local_uri).to_table()
+    assert theirs["color"].to_pylist() == expected
+    ours = al.open_dataset(local_uri)
+    assert ours.to_table()["color"].to_pylist() == expected
+    # appending values the dictionary has is fine; new values are refused, nothing written
+    more = pa.table({"id": pa.array([1000], pa.int64()),
+                     "color": pa.array(["blue"]).dictionary_encode()})
+    ds = al.write_dataset(more, local_uri, mode="append")
+    assert lance.dataset(local_uri).to_table()["color"].to_pylist() == [*expected, "blue"]
+    files = sorted(p.name for p in (Path(local_uri) / "data").iterdir())
+    bad = pa.table({"id": pa.array([1001], pa.int64()),
+                    "color": pa.array(["ultraviolet"]).dictionary_encode()})
+    with pytest.raises(UnrepresentableValueError, match="color"):
+        al.write_dataset(bad, local_uri, mode="append")
+    assert al.open_dataset(local_uri).version == ds.version
+    assert sorted(p.name for p in (Path(local_uri) / "data").iterdir()) == files

@@ -69,9 +69,10 @@ def test_ids_and_protos_match_pylance(tmp_path) -> None:
 
 def test_primary_key_rules() -> None:
     pk = {"lance-schema:unenforced-primary-key": "true"}
+    pos = "lance-schema:unenforced-primary-key:position"
     ok = LanceSchema.from_arrow(pa.schema([
-        pa.field("a", pa.int64(), False, {**pk, "lance-schema:unenforced-primary-key:position": "2"}),
-        pa.field("b", pa.string(), False, {**pk, "lance-schema:unenforced-primary-key:position": "1"}),
+        pa.field("a", pa.int64(), False, {**pk, pos: "2"}),
+        pa.field("b", pa.string(), False, {**pk, pos: "1"}),
         pa.field("c", pa.int32(), False, {"lance-schema:unenforced-primary-key": "YES"}),
     ]))
     assert [f.name for f in ok.primary_key()] == ["b", "a", "c"]

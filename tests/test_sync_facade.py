@@ -142,6 +142,7 @@ def test_sync_from_alance_loop_thread_fails_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe:UserWarning")  # pylance's, not ours
 def test_use_after_fork(written: tuple[str, pa.Table]) -> None:
     uri, table = written
     ds = al.open_dataset(uri)  # the parent uses the facade: loop thread + store runtime exist

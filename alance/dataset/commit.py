@@ -63,6 +63,7 @@ async def commit_transaction(
     naming_scheme: ManifestNamingScheme = ManifestNamingScheme.V2,
     max_retries: int = DEFAULT_MAX_RETRIES,
     must_create: bool = False,
+    prelude: bytes | None = None,
 ) -> Snapshot:
     """Commit ``txn`` on top of ``base`` (``None``: create the dataset) and return the new version.
 
@@ -76,7 +77,7 @@ async def commit_transaction(
     await store.put(txn_path, encode_transaction_file(txn))
     try:
         return await _commit_loop(store, handler, base, txn, txn_name, data_storage_version,
-                                  naming_scheme, max_retries, must_create)
+                                  naming_scheme, max_retries, must_create, prelude)
     except BaseException:
         await store.delete(txn_path)  # no manifest references it
         raise
@@ -85,12 +86,14 @@ async def commit_transaction(
 async def _commit_loop(store: DatasetStore, handler: CommitHandler, base: Snapshot | None,
                        txn: transaction_pb2.Transaction, txn_name: str,
                        data_storage_version: str, naming_scheme: ManifestNamingScheme,
-                       max_retries: int, must_create: bool) -> Snapshot:
+                       max_retries: int, must_create: bool, prelude: bytes | None,
+                       ) -> Snapshot:
     current = base
     checked = base.version if base is not None else 0
     for attempt in range(max_retries + 1):
         mf = build_manifest(current.manifest_file if current else None, txn,
-                            transaction_file=txn_name, data_storage_version=data_storage_version)
+                            transaction_file=txn_name, data_storage_version=data_storage_version,
+                            prelude=prelude)
         scheme = current.location.naming_scheme if current is not None else naming_scheme
         try:
             location = await handler.commit(store, mf.manifest.version, encode_manifest_file(mf),

@@ -23,6 +23,7 @@ from alance.dataset.transaction import new_append, new_overwrite
 from alance.dataset.write import (
     WriteParams,
     delete_fragment_files,
+    dictionary_prelude,
     storage_version_for,
     write_fragments,
 )
@@ -30,6 +31,7 @@ from alance.errors import (
     AlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    UnrepresentableValueError,
     UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
@@ -129,8 +131,9 @@ class LanceDataset:
         return LanceDataset(self._store, self._handler, snap)
 
     # -- reading -----------------------------------------------------------------------------
-    def scanner(self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None,
-                limit: int | None = None, offset: int | None = None,
+    def scanner(self, columns: Sequence[str] | None = None,
+                filter: str | pc.Expression | None = None, limit: int | None = None,
+                offset: int | None = None,
                 batch_size: int | None = None, with_row_id: bool = False,
                 with_row_address: bool = False, fragments: Sequence[Any] | None = None,
                 ) -> Scanner:
@@ -248,17 +251,30 @@ async def write_dataset(
                 batch = batch.cast(target)
             yield batch
 
-    fragments = await write_fragments(store, lance_schema, conformed(), params)
+    appending = base is not None and mode == "append"
+    seed = dict(ReadContext(store, base).dictionaries) if appending and base else {}
+    dictionaries = dict(seed)
+    fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries)
+    prelude = None
     read_version = base.version if base is not None else 0
-    if base is not None and mode == "append":
+    if appending:
+        grown = [f.name for f in lance_schema.walk()
+                 if f.id in seed and len(dictionaries[f.id]) != len(seed[f.id])]
+        if grown:
+            await delete_fragment_files(store, fragments)
+            raise UnrepresentableValueError(
+                f"columns {grown}: values missing from the dataset's dictionary; a v0.2 "
+                "dataset keeps one dictionary per column, fixed when it was written")
         txn = new_append(read_version, fragments)
     else:
+        lance_schema, prelude = dictionary_prelude(lance_schema, dictionaries)
         txn = new_overwrite(read_version, fragments, lance_schema)
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
     try:
         snap = await commit_transaction(store, handler, base, txn,
                                         data_storage_version=storage_version,
                                         naming_scheme=scheme, max_retries=max_retries,
+                                        prelude=prelude,
                                         must_create=base is None and mode == "create")
     except BaseException:
         await delete_fragment_files(store, fragments)

@@ -47,8 +47,9 @@ def _as_batch(item: Any) -> pa.RecordBatch:
     if isinstance(item, pa.RecordBatch):
         return item
     if isinstance(item, pa.Table):
-        return item.combine_chunks().to_batches()[0] if item.num_rows else pa.RecordBatch.from_pylist(
-            [], schema=item.schema)
+        if not item.num_rows:
+            return pa.RecordBatch.from_pylist([], schema=item.schema)
+        return item.combine_chunks().to_batches()[0]
     raise InvalidInputError(f"expected pyarrow RecordBatch items, got {type(item).__name__}")
 
 

@@ -138,7 +138,7 @@ class FragmentReader:
         return reader.row_group_bounds
 
     async def _assemble(self, projection: Sequence[LanceField], num_rows: int,
-                        parts: list[tuple[list[LanceField], Awaitable[pa.RecordBatch]]],
+                        parts: Sequence[tuple[list[LanceField], Awaitable[pa.RecordBatch]]],
                         ) -> pa.RecordBatch:
         columns: dict[int, pa.Array] = {}
         batches = await asyncio.gather(*(aw for _, aw in parts))

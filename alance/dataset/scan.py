@@ -8,7 +8,7 @@ order; a scan that stops early (limit reached, consumer gone) cancels what is st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +109,7 @@ class Scanner:
         return pa.schema(fields)
 
     # -- planning ----------------------------------------------------------------------------
-    async def _chunks(self) -> AsyncIterator[_Chunk]:
+    async def _chunks(self) -> AsyncGenerator[_Chunk, None]:
         skip = self.offset if self.filter is None else 0
         for frag in self.fragments:
             live = live_rows(frag)
@@ -190,7 +190,7 @@ class Scanner:
         batch = self._with_system_columns(batch, fragment_id, offsets)
         return batch.select(self.output_schema.names)
 
-    async def _filtered_batches(self) -> AsyncIterator[pa.RecordBatch]:
+    async def _filtered_batches(self) -> AsyncGenerator[pa.RecordBatch, None]:
         pending: list[asyncio.Task[pa.RecordBatch]] = []
         chunks = self._chunks()
         exhausted = False

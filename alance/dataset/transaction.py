@@ -35,10 +35,8 @@ def new_overwrite(read_version: int, fragments: list[table_pb2.DataFragment],
     op = txn.overwrite
     op.fragments.extend(fragments)
     op.schema.extend(schema.to_protos())
-    for k, v in schema.metadata.items():
-        op.schema_metadata[k] = v
-    for k, v in (config_upsert or {}).items():
-        op.config_upsert_values[k] = v
+    op.schema_metadata.update(schema.metadata)
+    op.config_upsert_values.update(config_upsert or {})
     return txn
 
 
@@ -74,11 +72,14 @@ def _now_timestamp(manifest: table_pb2.Manifest) -> None:
 
 
 def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, *,
-                   transaction_file: str, data_storage_version: str = "0.1") -> ManifestFile:
+                   transaction_file: str, data_storage_version: str = "0.1",
+                   prelude: bytes | None = None) -> ManifestFile:
     """The manifest file of the version that applying ``txn`` to ``base`` produces.
 
     ``base`` is the latest committed version (``None`` when creating a dataset). Everything of
     ``base`` alance does not interpret (config, index metadata, unknown fields) is carried over.
+    ``prelude`` holds the dictionary values an Overwrite's schema points to (v0.1/v0.2 files);
+    an Append keeps the base's.
     """
     op = operation_name(txn)
     if base is not None:
@@ -120,8 +121,7 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
             new = manifest.fragments.add()
             new.CopyFrom(frag)
             new.id = i
-        for k, v in ow.config_upsert_values.items():
-            manifest.config[k] = v
+        manifest.config.update(ow.config_upsert_values)
         index_section = None  # indices describe fragments that no longer exist
     else:
         raise UnsupportedFeatureError(f"alance cannot yet commit a {op} operation")
@@ -135,6 +135,7 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     manifest.transaction_file = transaction_file
     manifest.writer_version.CopyFrom(make_writer_version(__version__))
     _now_timestamp(manifest)
-    prelude = base.prelude if base is not None and op == "append" else b""
+    if op == "append":
+        prelude = base.prelude if base is not None else b""
     return ManifestFile(manifest=manifest, index_section=index_section, transaction=txn,
-                        prelude=prelude)
+                        prelude=prelude or b"")

@@ -7,6 +7,7 @@ store's upload buffer, whatever the size of the input.
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from alance._proto import table_pb2
 from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
@@ -56,12 +58,17 @@ def random_file_name() -> str:
 
 async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           batches: AsyncIterator[pa.RecordBatch], params: WriteParams,
+                          dictionaries: dict[int, pa.Array] | None = None,
                           ) -> list[table_pb2.DataFragment]:
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
 
     ``batches`` must already be grouped into row groups of at most ``max_rows_per_group``
-    rows. On any error, the files this call wrote are deleted before the error propagates.
+    rows. ``dictionaries`` (field id -> values) seeds dictionary columns and is updated in
+    place: values first seen in this write are appended, so keys written earlier stay valid
+    and one dictionary serves every file. On any error, the files this call wrote are
+    deleted before the error propagates.
     """
+    dictionaries = dictionaries if dictionaries is not None else {}
     fragments: list[table_pb2.DataFragment] = []
     written: list[str] = []
     field_ids = schema.field_ids()
@@ -75,7 +82,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             name = f"{random_file_name()}.lance"
             path = f"{DATA_DIR}/{name}"
             written.append(path)
-            encoder = LegacyFileWriter(schema)
+            encoder = LegacyFileWriter(schema, dictionaries=dictionaries)
             rows = 0
             async with store.open_writer(path) as out:
                 while pending is not None:
@@ -91,6 +98,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                         pending = await anext(batches, None)
                 await out.write(encoder.finish())
                 size = out.bytes_written
+            dictionaries.update(encoder.dictionaries)
             frag = table_pb2.DataFragment(physical_rows=rows)
             frag.files.add(path=name, fields=field_ids, file_major_version=0,
                            file_minor_version=2, file_size_bytes=size)
@@ -108,3 +116,24 @@ async def delete_fragment_files(store: DatasetStore,
     for frag in fragments:
         for f in frag.files:
             await store.delete(f"{DATA_DIR}/{f.path}")
+
+
+def dictionary_prelude(schema: LanceSchema, dictionaries: dict[int, pa.Array],
+                       ) -> tuple[LanceSchema, bytes]:
+    """The manifest prelude holding dictionary values, and the schema pointing into it.
+
+    v0.1/v0.2 datasets keep one dictionary per dictionary column, at the start of the
+    manifest file; ``Field.dictionary`` gives its (offset, number of values).
+    """
+    schema = copy.deepcopy(schema)
+    parts: list[bytes] = []
+    position = 0
+    for f in schema.walk():
+        values = dictionaries.get(f.id)
+        if values is None:
+            continue
+        data, offset = encode_dictionary_values(values, position)
+        parts.append(data)
+        position += len(data)
+        f.dictionary = (offset, len(values))
+    return schema, b"".join(parts)

@@ -314,7 +314,8 @@ class LanceSchema:
             # field from the logical type.
             p = file_pb2.Field(
                 name=f.name, id=f.id, parent_id=f.parent_id,
-                logical_type=f.logical_type, nullable=f.nullable, encoding=f.encoding,
+                logical_type=f.logical_type, nullable=f.nullable,
+                encoding=f.encoding,  # type: ignore[arg-type]
                 extension_name=f.extension_name,
                 unenforced_primary_key=f.unenforced_primary_key,
             )

@@ -89,7 +89,7 @@ class Backend(Protocol):
 # -- obstore ----------------------------------------------------------------------------------
 class _ObstoreUpload:
     def __init__(self, store: Any, key: str) -> None:
-        self._file = obstore.open_writer_async(store, key)
+        self._file: Any = obstore.open_writer_async(store, key)
         self._key = key
 
     async def write(self, data: bytes) -> None:
@@ -189,7 +189,7 @@ class ObstoreBackend:
 # -- plain files --------------------------------------------------------------------------------
 def _meta_of(key: str, st: os.stat_result) -> Meta:
     return {"path": key, "size": st.st_size,
-            "last_modified": dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)}
+            "last_modified": dt.datetime.fromtimestamp(st.st_mtime, dt.UTC)}
 
 
 def _temp_name(path: str) -> str:
@@ -309,7 +309,8 @@ class PosixBackend:
 # -- in-process dictionary ----------------------------------------------------------------------
 class _DictUpload:
     def __init__(self, backend: DictBackend, key: str) -> None:
-        self._backend, self._key, self._parts = backend, key, []  # type: list[bytes]
+        self._backend, self._key = backend, key
+        self._parts: list[bytes] = []
 
     async def write(self, data: bytes) -> None:
         self._parts.append(data)
@@ -354,7 +355,7 @@ class DictBackend:
         return [{"path": k, "size": len(d), "last_modified": w} for k, (d, w) in items]
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         with self._lock:
             if create and key in self._objects:
                 raise AlreadyExistsError(f"already exists: {key}")
