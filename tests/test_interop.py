@@ -168,3 +168,20 @@ def test_alance_dictionary_columns_pylance_reads(local_uri: str) -> None:
         al.write_dataset(bad, local_uri, mode="append")
     assert al.open_dataset(local_uri).version == ds.version
     assert sorted(p.name for p in (Path(local_uri) / "data").iterdir()) == files
+
+
+def test_alance_commits_keep_pylance_indices(tmp_path) -> None:
+    uri = str(tmp_path / "idx.lance")
+    lance.write_dataset(sample(2000), uri, data_storage_version="legacy", max_rows_per_file=1000)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    before = lance.dataset(uri).list_indices()
+    assert len(before) == 1
+    al.write_dataset(sample(500, 2000), uri, mode="append")
+    after = lance.dataset(uri)
+    indices = after.list_indices()
+    assert [i["name"] for i in indices] == [i["name"] for i in before]
+    assert indices[0]["fragment_ids"] == before[0]["fragment_ids"] == {0, 1}
+    # the index still answers for old rows, and new rows are found by scanning
+    assert after.to_table(filter="id = 5")["id"].to_pylist() == [5]
+    assert after.to_table(filter="id = 2100")["id"].to_pylist() == [2100]
+    assert al.open_dataset(uri).to_table(filter="id = 2100")["id"].to_pylist() == [2100]
