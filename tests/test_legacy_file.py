@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import itertools
 from pathlib import Path
 
 import lance
@@ -216,6 +217,157 @@ def test_reads_what_pylance_loses(tmp_path: Path) -> None:
     })
     data, ds = _pylance_file(tmp_path, table)
     assert _same(_read_all(_reader(data), data), ds.to_table())
+
+
+# ---------------------------------------------------------------------------------------
+# Many row groups per write call
+# ---------------------------------------------------------------------------------------
+
+
+def _write_chunked(table: pa.Table, rows_per_group: int, chunk: int | None = None,
+                   **kw: object) -> tuple[bytes, LanceSchema]:
+    w = LegacyFileWriter(LanceSchema.from_arrow(table.schema), **kw)  # type: ignore[arg-type]
+    parts = [w.write_batches(b, rows_per_group)
+             for b in table.to_batches(max_chunksize=chunk)]
+    data = b"".join([*parts, w.finish()])
+    assert w.bytes_written == len(data) and w.num_rows == table.num_rows
+    return data, w.schema
+
+
+def _all_stats(data: bytes) -> pa.RecordBatch | None:
+    r = _reader(data)
+    return run_plan(r.read_page_stats(r.schema.field_ids()), fetch_from(data))
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 2, 3, 5])
+def test_write_batches_matches_per_group_writes(rows_per_group: int) -> None:
+    table = _table()
+    mine, _ = _write_chunked(table, rows_per_group)
+    ref, _ = _write(table, rows_per_group)
+    assert mine != ref  # pages are laid out column by column...
+    r = _reader(mine)
+    assert r.num_batches == -(-7 // rows_per_group)
+    assert r.file.batch_offsets.tolist() == _reader(ref).file.batch_offsets.tolist()
+    assert _same(_read_all(r, mine), table)  # ...holding the same values
+    assert _all_stats(mine) == _all_stats(ref)  # and the same statistics
+    one_group, _ = _write_chunked(table, 7)
+    assert one_group == _write(table)[0]  # one group: byte for byte what write_batch writes
+
+
+def _wide_table(n: int) -> pa.Table:
+    rng = np.random.default_rng(5)
+    words = np.array(["", "a", "bb", "ccc", "é" * 40, "zz" * 40], dtype=object)
+    strings = words[rng.integers(0, len(words), n)]
+    return pa.table({
+        "i": pa.array(np.arange(n, dtype=np.int64)),
+        "f": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n)),
+                      pa.float32()),
+        "b": pa.array(rng.random(n) < 0.3),
+        "bv": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(3 * n) < 0.5), 3),
+        "s": pa.array([None if x == "" else x for x in strings], pa.string()),
+        "id": pa.array([f"{x:08x}" for x in rng.integers(0, 1 << 31, n)]),
+        "d": pa.array(rng.integers(0, 5, n).astype(str)).dictionary_encode(),
+        "l": pa.array([list(range(i % 4)) for i in range(n)], pa.list_(pa.int16())),
+        "ls": pa.array([["x"] * (i % 3) for i in range(n)], pa.list_(pa.string())),
+        "st": pa.array([{"x": i, "y": f"y{i % 7}"} for i in range(n)],
+                       pa.struct([("x", pa.int32()), ("y", pa.string())])),
+        "dt": pa.array(rng.integers(0, 20000, n).astype(np.int32), pa.date32()),
+    })
+
+
+def test_write_batches_read_by_pylance(tmp_path: Path) -> None:
+    from lance.fragment import LanceFragment
+
+    table = _wide_table(3000).drop_columns(["d"])  # v0.2 dictionaries live in the manifest
+    w = LegacyFileWriter(LanceSchema.from_arrow(table.schema),
+                         writer_version=("lance", lance.__version__))
+    data = w.write_batches(table.slice(0, 2000), 100)  # 100: bools not byte aligned
+    data += w.write_batches(table.slice(2000), 333) + w.finish()
+    ds = lance.write_dataset(table.slice(0, 1), tmp_path / "ds", data_storage_version="legacy")
+    (tmp_path / "ds" / "data" / "mine.lance").write_bytes(data)
+    frag = LanceFragment.create_from_file("mine.lance", ds, 0)
+    ds = lance.LanceDataset.commit(tmp_path / "ds", lance.LanceOperation.Overwrite(
+        ds.schema, [frag]), read_version=ds.version)
+    assert _same(ds.to_table(), table)
+    rows = [2999, 0, 1999, 2000, 150]
+    took = ds.take(rows, columns=["s"])  # (pylance panics taking fixed-size lists of bools)
+    assert took.column("s").to_pylist() == table.column("s").take(rows).to_pylist()
+    assert _same(_read_all(_reader(data), data), table)
+
+
+def test_group_stats_match_per_group_stats() -> None:
+    table = _wide_table(1000)
+    ref, _ = _write(table, 64)
+    mine, _ = _write_chunked(table, 64, chunk=320)
+    assert _all_stats(mine) == _all_stats(ref)
+    long_ids = pa.table({"k": pa.array([f"{i % 37:070d}" for i in range(500)]),
+                         "e": pa.array([b""] * 500, pa.binary()).cast(pa.binary()),
+                         "u": pa.array(np.arange(500, dtype=np.uint64) * 7 % 11)})
+    long_ids = long_ids.cast(pa.schema([("k", pa.string()), pa.field("e", pa.binary(), False),
+                                        ("u", pa.uint64())]))
+    assert _all_stats(_write_chunked(long_ids, 50)[0]) == _all_stats(_write(long_ids, 50)[0])
+
+
+def test_group_stats_equal_one_group_rules() -> None:
+    """The vectorised statistics give what compute_stats gives for each group alone."""
+    from alance.format.legacy.stats import _build_column, group_stats
+
+    rng = np.random.default_rng(11)
+    f = rng.normal(size=400)
+    f[rng.random(400) < 0.2] = np.nan
+    f[rng.random(400) < 0.2] = 0.0
+    f[:40] = np.nan  # a group with no number at all
+    columns = {
+        "f": pa.array(f), "f32": pa.array(f.astype(np.float32)),
+        "i8": pa.array(rng.integers(-128, 128, 400).astype(np.int8)),
+        "u64": pa.array(rng.integers(0, 1 << 63, 400).astype(np.uint64) * 2),
+        "b": pa.array(np.concatenate([np.ones(40, bool), rng.random(360) < 0.5])),
+        "d": pa.array(rng.integers(0, 30000, 400).astype(np.int32), pa.date32()),
+        "k": pa.array([f"{x:02d}" for x in rng.integers(0, 100, 400)]),
+        "long": pa.array([bytes([255] * 70) if x else bytes([1] * 70) + b"x"
+                          for x in rng.random(400) < 0.5][:400], pa.binary()),
+        "long_eq": pa.array(["é" * 33 + str(x) for x in rng.integers(0, 10, 400)]),
+    }
+    bounds = np.array([0, 40, 41, 100, 233, 400], dtype=np.int64)
+    for name, arr in columns.items():
+        lf = LanceSchema.from_arrow(pa.schema([(name, arr.type)])).fields[0]
+        got = group_stats(lf, arr, bounds)
+        rows = [compute_stats(lf, arr.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
+        assert got.null_counts.tolist() == [r.null_count for r in rows], name
+        assert got.min_values.equals(_build_column(lf, [r.min_value for r in rows])), name
+        assert got.max_values.equals(_build_column(lf, [r.max_value for r in rows])), name
+
+
+def test_ranges_across_groups() -> None:
+    table = _table()
+    data, _ = _write_chunked(table, 3)
+    r = _reader(data)
+    fetch = fetch_from(data)
+    for start in range(8):
+        for stop in range(start, 8):
+            got = run_plan(r.read_range(start, stop), fetch)
+            assert _same(pa.Table.from_batches([got]), table.slice(start, stop - start))
+
+
+def test_contiguous_pages_read_in_one_range() -> None:
+    table = pa.table({"x": pa.array(np.arange(100_000, dtype=np.int64)),
+                      "s": pa.array([f"value-{i}" for i in range(100_000)])})
+    data, schema = _write_chunked(table, 1000, chunk=50_000)
+    r = _reader(data)
+    steps: list[list[tuple[int, int]]] = []
+    inner = fetch_from(data)
+
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        steps.append(ranges)
+        return inner(ranges)
+
+    got = run_plan(r.read_range(500, 49_900, [schema.field("x").id]), fetch)
+    assert got.column("x").to_numpy().tolist() == list(range(500, 49_900))
+    assert steps == [[(500 * 8, 49_900 * 8)]]  # 50 row groups: one read of exactly the values
+    steps.clear()
+    got = run_plan(r.read_range(10_000, 30_000, [schema.field("s").id]), fetch)
+    assert got.column("s").to_pylist() == [f"value-{i}" for i in range(10_000, 30_000)]
+    assert [len(s) for s in steps] == [1, 1]  # the offsets, then the values
 
 
 # ---------------------------------------------------------------------------------------

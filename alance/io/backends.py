@@ -15,9 +15,11 @@ datasets then switch to the pure-Python backends (see ``DatasetStore``).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import datetime as dt
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -46,6 +48,20 @@ def _mark_obstore_used() -> None:
     global _obstore_pid
     if _obstore_pid is None:
         _obstore_pid = os.getpid()
+        atexit.register(_let_runtime_threads_finish)
+
+
+def _let_runtime_threads_finish() -> None:
+    """Give obstore's runtime threads a moment before the interpreter finalises.
+
+    A runtime thread that completes a call hands the result to the asyncio loop and may still
+    be returning from that hand-off (waiting to re-take the GIL) when the main thread reaches
+    interpreter shutdown; Python 3.11 then ends that thread with ``pthread_exit``, which aborts
+    the process (SIGABRT) because Rust threads cannot be unwound that way. Sleeping here, with
+    the GIL released, lets such threads finish first.
+    """
+    if obstore_usable():
+        time.sleep(0.05)
 
 
 def obstore_usable() -> bool:

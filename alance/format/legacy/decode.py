@@ -1,9 +1,11 @@
 """Decoding v0.1/v0.2 pages into Arrow arrays, as sans-IO plans (see :mod:`.plan`).
 
-Rows to read are given as *runs*: sorted, non-overlapping ``[start, end)`` intervals of value
-indices within a page. A whole row group is one run; a take is one run per group of adjacent
-rows. List columns turn the runs of their rows into runs of child values, so only the needed
-bytes of every level are read. All decoding is vectorised with numpy/pyarrow.
+Values to read are given as *spans*: ``[start, end)`` intervals of value indices within the page
+of a row group, sorted by (group, start) and disjoint. A range of whole row groups is one span
+per group; a take is one span per group of adjacent rows. Whatever the number of groups, each
+field yields ONE array and every step of its plan asks for all the byte ranges it needs at once.
+List columns turn the spans of their rows into spans of child values, so only the needed bytes
+of every level are read. All decoding is vectorised with numpy/pyarrow.
 """
 
 from __future__ import annotations
@@ -19,56 +21,89 @@ from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
 
-PageLookup = Callable[[int], tuple[int, int]]  # field id -> (position, length) in this batch
+# field id -> int64 array of shape (row groups, 2): (position, length) of its page per group
+PageLookup = Callable[[int], np.ndarray]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
-class Runs:
-    """Sorted, disjoint ``[start, end)`` intervals of value indices (int64 arrays)."""
+class Spans:
+    """Disjoint ``[start, end)`` value intervals within row groups' pages (int64 arrays)."""
 
+    groups: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
 
     @classmethod
-    def span(cls, start: int, stop: int) -> Runs:
-        """One interval (nothing when empty)."""
-        if stop <= start:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
-        return cls(np.array([start], np.int64), np.array([stop], np.int64))
+    def of(cls, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Spans:
+        """Spans from arrays (converted to int64), dropping empty intervals."""
+        g, s, e = (np.asarray(a, dtype=np.int64) for a in (groups, starts, ends))
+        keep = e > s
+        if not keep.all():
+            g, s, e = g[keep], s[keep], e[keep]
+        return cls(g, s, e)
 
     @classmethod
-    def from_indices(cls, indices: np.ndarray) -> Runs:
-        """Runs of consecutive values of a sorted array of distinct indices."""
+    def whole(cls, group: int, length: int) -> Spans:
+        """Values ``0..length`` of one group's page."""
+        return cls.of(np.array([group]), np.array([0]), np.array([length]))
+
+    @classmethod
+    def from_indices(cls, groups: np.ndarray, indices: np.ndarray) -> Spans:
+        """Spans of consecutive indices of a (group, index)-sorted list of distinct values."""
+        if len(indices) == 0:
+            return cls(_EMPTY, _EMPTY, _EMPTY)
+        g = np.asarray(groups, dtype=np.int64)
         idx = np.asarray(indices, dtype=np.int64)
-        if len(idx) == 0:
-            return cls.span(0, 0)
-        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+        breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(g) != 0)) + 1
         first = np.concatenate(([0], breaks))
         last = np.concatenate((breaks - 1, [len(idx) - 1]))
-        return cls(idx[first], idx[last] + 1)
+        return cls(g[first], idx[first], idx[last] + 1)
 
     @classmethod
-    def from_intervals(cls, starts: np.ndarray, ends: np.ndarray) -> Runs:
-        """Merge back-to-back intervals (``ends[i] == starts[i + 1]``), dropping empty ones."""
-        keep = ends > starts
-        s, e = starts[keep], ends[keep]
-        if len(s) == 0:
-            return cls.span(0, 0)
+    def from_intervals(cls, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Spans:
+        """Merge back-to-back intervals of the same group, dropping empty ones."""
+        spans = cls.of(groups, starts, ends)
+        g, s, e = spans.groups, spans.starts, spans.ends
+        if len(s) < 2:
+            return spans
         new = np.ones(len(s), dtype=bool)
-        new[1:] = s[1:] != e[:-1]
+        new[1:] = (s[1:] != e[:-1]) | (g[1:] != g[:-1])
+        if new.all():
+            return spans
         last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(s) - 1]))
-        return cls(s[new], e[last])
+        return cls(g[new], s[new], e[last])
 
     @property
     def count(self) -> int:
         """Number of values covered."""
         return int((self.ends - self.starts).sum())
 
-    def check_within(self, length: int, what: str) -> None:
-        """CorruptFileError unless every interval lies inside a page of ``length`` values."""
-        if len(self.ends) and (self.ends[-1] > length or self.starts[0] < 0):
-            raise CorruptFileError(f"{what}: page has {length} values, need up to "
-                                   f"{int(self.ends[-1])}")
+    def value_groups(self) -> np.ndarray:
+        """The group of every value covered, in order."""
+        return np.repeat(self.groups, self.ends - self.starts)
+
+    def check_within(self, lengths: np.ndarray, what: str) -> None:
+        """CorruptFileError unless every span lies inside its page (``lengths`` per span)."""
+        if len(self.ends) and (np.any(self.ends > lengths) or self.starts.min() < 0):
+            raise CorruptFileError(f"{what}: a page has fewer values than the file says")
+
+
+def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview]:
+    """The bytes of the given file ranges, concatenated in order (asked for in one step)."""
+    keep = ends > starts
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return b""
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] != ends[:-1]
+    if not new.all():  # merge back-to-back ranges (contiguous pages of one column)
+        last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(starts) - 1]))
+        starts, ends = starts[new], ends[last]
+    parts = yield list(zip(starts.tolist(), ends.tolist(), strict=True))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _gather_positions(bases: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -86,7 +121,7 @@ def _has_bits(t: pa.DataType) -> bool:
     return pa.types.is_fixed_size_list(t) and _has_bits(t.value_type)
 
 
-def _from_bytes(t: pa.DataType, n: int, data: bytes) -> pa.Array:
+def _from_bytes(t: pa.DataType, n: int, data: bytes | memoryview) -> pa.Array:
     if pa.types.is_fixed_size_list(t):
         child = _from_bytes(t.value_type, n * t.list_size, data)
         return pa.FixedSizeListArray.from_arrays(child, type=t)
@@ -100,16 +135,16 @@ def _from_bits(t: pa.DataType, n: int, bits: np.ndarray) -> pa.Array:
     return pa.array(bits, type=pa.bool_())
 
 
-def _read_plain(t: pa.DataType, pos: int, runs: Runs) -> Plan[pa.Array]:
-    """Fixed-stride values (plain encoding) of the given runs."""
-    n = runs.count
+def _read_plain(t: pa.DataType, pos: np.ndarray, spans: Spans) -> Plan[pa.Array]:
+    """Fixed-stride values (plain encoding); ``pos`` is the page position of each span."""
+    n = spans.count
     if _has_bits(t):
         k = fixed_bit_width(t)
-        bit0 = runs.starts * k
-        bit1 = runs.ends * k
+        bit0 = spans.starts * k
+        bit1 = spans.ends * k
         byte0 = bit0 // 8
         byte1 = (bit1 + 7) // 8
-        parts = yield [(pos + int(a), pos + int(b)) for a, b in zip(byte0, byte1, strict=True)]
+        parts = yield list(zip((pos + byte0).tolist(), (pos + byte1).tolist(), strict=True))
         allbits = np.unpackbits(np.frombuffer(b"".join(parts), dtype=np.uint8),
                                 bitorder="little").astype(bool)
         nbytes = byte1 - byte0
@@ -117,39 +152,39 @@ def _read_plain(t: pa.DataType, pos: int, runs: Runs) -> Plan[pa.Array]:
         bits = allbits[_gather_positions(bases, bit1 - bit0)]
         return _from_bits(t, n, bits)
     w = fixed_bit_width(t) // 8
-    parts = yield [(pos + int(s) * w, pos + int(e) * w)
-                   for s, e in zip(runs.starts, runs.ends, strict=True)]
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    data = yield from _fetch(pos + spans.starts * w, pos + spans.ends * w)
     return _from_bytes(t, n, data)
 
 
-def _read_offsets(pos: int, width: int, runs: Runs) -> Plan[tuple[np.ndarray, np.ndarray]]:
-    """(start, end) pairs of every value in ``runs`` from an offsets page of ``width`` bytes."""
-    parts = yield [(pos + int(s) * width, pos + (int(e) + 1) * width)
-                   for s, e in zip(runs.starts, runs.ends, strict=True)]
-    offs = np.frombuffer(b"".join(parts), dtype="<i4" if width == 4 else "<i8").astype(np.int64)
-    per_run = runs.ends - runs.starts + 1
-    lasts = np.cumsum(per_run) - 1
-    firsts = lasts - per_run + 1
-    starts = np.delete(offs, lasts)
-    ends = np.delete(offs, firsts)
+def _read_offsets(pos: np.ndarray, width: int, spans: Spans,
+                  ) -> Plan[tuple[np.ndarray, np.ndarray]]:
+    """(start, end) pairs of every value of ``spans`` from offsets pages of ``width`` bytes."""
+    data = yield from _fetch(pos + spans.starts * width, pos + (spans.ends + 1) * width)
+    offs = np.frombuffer(data, dtype="<i4" if width == 4 else "<i8").astype(np.int64)
+    per_span = spans.ends - spans.starts + 1
+    if len(per_span) == 1:
+        starts, ends = offs[:-1], offs[1:]
+    else:
+        lasts = np.cumsum(per_span) - 1
+        keep = np.ones(len(offs), dtype=bool)
+        keep[lasts] = False
+        starts = offs[keep]
+        keep[:] = True
+        keep[lasts - per_span + 1] = False
+        ends = offs[keep]
     if len(starts) and (np.any(ends < starts) or starts.min() < 0):
         raise CorruptFileError("offsets are not increasing")
     return starts, ends
 
 
-def _read_var_binary(lf: LanceField, t: pa.DataType, pos: int, runs: Runs, *,
+def _read_var_binary(lf: LanceField, t: pa.DataType, pos: np.ndarray, spans: Spans, *,
                      nullable: bool) -> Plan[pa.Array]:
     """Var-binary values: their absolute positions first, then the bytes."""
-    n = runs.count
+    n = spans.count
     if n == 0:
         return pa.array([], type=t)
-    starts, ends = yield from _read_offsets(pos, 8, runs)
-    data_runs = Runs.from_intervals(starts, ends)
-    data = b""
-    if len(data_runs.starts):
-        parts = yield list(zip(data_runs.starts.tolist(), data_runs.ends.tolist(), strict=True))
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+    starts, ends = yield from _read_offsets(pos, 8, spans)
+    data = yield from _fetch(starts, ends)
     lengths = ends - starts
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -161,10 +196,10 @@ def _read_var_binary(lf: LanceField, t: pa.DataType, pos: int, runs: Runs, *,
     null_count = 0
     if nullable:
         valid = lengths > 0
-        null_count = int(n - valid.sum())
+        null_count = n - int(np.count_nonzero(valid))
         if null_count:
-            validity = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    off_buf = pa.py_buffer(offsets.astype("<i8" if large else "<i4").tobytes())
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    off_buf = pa.py_buffer(offsets.astype("<i8" if large else "<i4"))
     arr = pa.Array.from_buffers(t, n, [validity, off_buf, pa.py_buffer(data)], null_count)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         try:
@@ -174,49 +209,50 @@ def _read_var_binary(lf: LanceField, t: pa.DataType, pos: int, runs: Runs, *,
     return arr
 
 
-def read_field(lf: LanceField, pages: PageLookup, runs: Runs,
+def read_field(lf: LanceField, pages: PageLookup, spans: Spans,
                dictionaries: Mapping[int, pa.Array]) -> Plan[pa.Array]:
-    """Plan reading the values ``runs`` of one field (and its children) in one row group."""
+    """Plan reading the values ``spans`` of one field (and its children) as one array."""
     t = lf.data_type
-    if runs.count == 0 and not pa.types.is_dictionary(t):
+    if spans.count == 0 and not pa.types.is_dictionary(t):
         return pa.array([], type=t)
     if pa.types.is_struct(t):
-        children = yield from gather([read_field(c, pages, runs, dictionaries)
+        children = yield from gather([read_field(c, pages, spans, dictionaries)
                                       for c in lf.children])
         if not lf.children:
-            return pa.array([{}] * runs.count, type=t)
+            return pa.array([{}] * spans.count, type=t)
         return pa.StructArray.from_arrays(children, fields=[c.to_arrow() for c in lf.children])
-    pos, length = pages(lf.id)
+    entries = pages(lf.id)[spans.groups]
+    pos, lengths = entries[:, 0], entries[:, 1]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        runs.check_within(max(length - 1, 0), f"list column {lf.name!r}")
+        spans.check_within(np.maximum(lengths - 1, 0), f"list column {lf.name!r}")
         width = 8 if pa.types.is_large_list(t) else 4
-        starts, ends = yield from _read_offsets(pos, width, runs)
-        child = yield from read_field(lf.children[0], pages,
-                                      Runs.from_intervals(starts, ends), dictionaries)
-        offsets = np.zeros(runs.count + 1, dtype=np.int64)
+        starts, ends = yield from _read_offsets(pos, width, spans)
+        child_spans = Spans.from_intervals(spans.value_groups(), starts, ends)
+        child = yield from read_field(lf.children[0], pages, child_spans, dictionaries)
+        offsets = np.zeros(spans.count + 1, dtype=np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
         off_arr = pa.array(offsets, pa.int64() if width == 8 else pa.int32())
         cls = pa.LargeListArray if width == 8 else pa.ListArray
         return cls.from_arrays(off_arr, child, type=t)
-    runs.check_within(length, f"column {lf.name!r}")
+    spans.check_within(lengths, f"column {lf.name!r}")
     if pa.types.is_null(t):
-        return pa.nulls(runs.count)
+        return pa.nulls(spans.count)
     if pa.types.is_dictionary(t):
         values = dictionaries.get(lf.id)
         if values is None:
             raise InvalidInputError(f"dictionary values of column {lf.name!r} were not loaded")
         keys = pa.array([], type=t.index_type)
-        if runs.count:
-            keys = yield from _read_plain(t.index_type, pos, runs)
+        if spans.count:
+            keys = yield from _read_plain(t.index_type, pos, spans)
         if len(keys):
             k = keys.to_numpy()
             if k.min() < 0 or k.max() >= len(values):
                 raise CorruptFileError(f"column {lf.name!r}: dictionary key out of range")
         return pa.DictionaryArray.from_arrays(keys, values.cast(t.value_type))
     if is_var_binary(t):
-        return (yield from _read_var_binary(lf, t, pos, runs, nullable=lf.nullable))
+        return (yield from _read_var_binary(lf, t, pos, spans, nullable=lf.nullable))
     if is_fixed_stride(t):
-        return (yield from _read_plain(t, pos, runs))
+        return (yield from _read_plain(t, pos, spans))
     raise UnsupportedFeatureError(f"column {lf.name!r}: type {t} is not readable from v0.2 files")
 
 
@@ -226,13 +262,16 @@ def read_dictionary_values(value_type: pa.DataType, offset: int, length: int) ->
     Binary-like values are var-binary with empty values read as null (as upstream does);
     numeric values are plain.
     """
-    runs = Runs.span(0, length)
+    spans = Spans.whole(0, length)
+    pos = np.full(len(spans.groups), offset, dtype=np.int64)
     if is_var_binary(value_type):
         lf = LanceField(id=-1, name="dictionary", logical_type="binary")
-        return (yield from _read_var_binary(lf, value_type, offset, runs, nullable=True))
+        return (yield from _read_var_binary(lf, value_type, pos, spans, nullable=True))
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
-        return (yield from _read_plain(value_type, offset, runs))
+        if length == 0:
+            return pa.array([], type=value_type)
+        return (yield from _read_plain(value_type, pos, spans))
     raise UnsupportedFeatureError(f"dictionary values of type {value_type} are not supported")
 
 
-__all__ = ["PageLookup", "Runs", "read_dictionary_values", "read_field"]
+__all__ = ["PageLookup", "Spans", "read_dictionary_values", "read_field"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,23 +36,31 @@ from alance.errors import (
 )
 from alance.format.schema import LanceField, logical_type_of
 
-# Called for each (field, array) pair that gets page statistics: top-level fields and fields
-# nested in structs only (never inside lists), like upstream.
-StatsHook = Callable[[LanceField, pa.Array], None]
+# Called for each column that gets page statistics with its values and the row group bounds
+# (see :func:`encode_column`): top-level fields and fields nested in structs only (never
+# inside lists), like upstream.
+StatsHook = Callable[[LanceField, pa.Array, np.ndarray], None]
+# Anything exposing the buffer protocol: bytes, memoryview, numpy arrays, pyarrow buffers.
+Buffer = Any
 
 
 class ByteSink:
-    """Collects output bytes and knows the absolute file position of the next byte."""
+    """Collects output bytes and knows the absolute file position of the next byte.
+
+    Buffers are kept by reference (no copy) until :meth:`getvalue` joins them, so they must
+    not change before then.
+    """
 
     def __init__(self, position: int):
         self.position = position
-        self.parts: list[bytes] = []
+        self.parts: list[Buffer] = []
 
-    def write(self, data: bytes | memoryview) -> None:
-        """Append bytes."""
-        if len(data):
-            self.parts.append(bytes(data))
-            self.position += len(data)
+    def write(self, data: Buffer) -> None:
+        """Append the bytes of any buffer (bytes, memoryview, numpy array, Arrow buffer)."""
+        size = memoryview(data).nbytes
+        if size:
+            self.parts.append(data)
+            self.position += size
 
     def getvalue(self) -> bytes:
         """Everything written, joined."""
@@ -145,8 +154,11 @@ def _refuse_nulls(arr: pa.Array, lf: LanceField, path: str, what: str) -> None:
             "a value); use data_storage_version 2.x or fill the nulls")
 
 
-def plain_bytes(arr: pa.Array) -> bytes:
-    """The plain encoding of a fixed-stride array (nulls, if any, write their slot content)."""
+def plain_bytes(arr: pa.Array) -> Buffer:
+    """The plain encoding of a fixed-stride array (nulls, if any, write their slot content).
+
+    Byte-wide types return a view of the array's own buffer (no copy).
+    """
     arr = _storage(arr)
     t = arr.type
     n = len(arr)
@@ -154,35 +166,50 @@ def plain_bytes(arr: pa.Array) -> bytes:
         if n == 0:
             return b""
         bits = np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
-        return np.packbits(bits, bitorder="little").tobytes()
+        return np.packbits(bits, bitorder="little")
     if pa.types.is_fixed_size_list(t):
         size = t.list_size
         return plain_bytes(arr.values.slice(arr.offset * size, n * size))
     width = fixed_bit_width(t) // 8
     buf = arr.buffers()[1]
-    if buf is None:  # a zero-length array may have no data buffer
+    if buf is None or n == 0:  # a zero-length array may have no data buffer
         return b""
     start = arr.offset * width
-    return memoryview(buf)[start: start + n * width].tobytes()
+    return memoryview(buf)[start: start + n * width]
 
 
-def var_binary_bytes(arr: pa.Array, position: int) -> tuple[bytes, bytes]:
-    """(data, offsets) of a var-binary page whose first data byte lands at ``position``."""
-    arr = _storage(arr)
-    if arr.null_count:
-        arr = pc.if_else(arr.is_null(), pa.scalar(b"", arr.type), arr)  # null -> zero length
+def _value_offsets(arr: pa.Array) -> np.ndarray:
+    """The ``n + 1`` value offsets of a var-binary array as int64 (into its data buffer)."""
     large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     n = len(arr)
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype="<i8" if large else "<i4",
-                            count=arr.offset + n + 1) if bufs[1] is not None else np.zeros(1)
-    offsets = offsets[arr.offset: arr.offset + n + 1].astype("<i8")
-    if len(offsets) == 0:
-        offsets = np.zeros(1, dtype="<i8")
+    buf = arr.buffers()[1]
+    if buf is None or n == 0:
+        return np.zeros(1, dtype=np.int64)
+    offsets = np.frombuffer(buf, dtype="<i8" if large else "<i4", count=arr.offset + n + 1)
+    return offsets[arr.offset:].astype(np.int64)
+
+
+def _fill_null_values(arr: pa.Array) -> pa.Array:
+    """Null var-binary values replaced by empty ones (how v0.2 stores a null)."""
+    if arr.null_count:
+        return pc.if_else(arr.is_null(), pa.scalar(b"", arr.type), arr)
+    return arr
+
+
+def _var_binary_parts(arr: pa.Array) -> tuple[Buffer, np.ndarray]:
+    """The value bytes of a var-binary array (nulls empty) and their offsets, from 0."""
+    arr = _fill_null_values(_storage(arr))
+    offsets = _value_offsets(arr)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    data = memoryview(bufs[2])[lo:hi].tobytes() if bufs[2] is not None and hi > lo else b""
-    positions = offsets - lo + position
-    return data, positions.astype("<i8").tobytes()
+    data_buf = arr.buffers()[2]
+    data = memoryview(data_buf)[lo:hi] if data_buf is not None and hi > lo else b""
+    return data, offsets - lo
+
+
+def var_binary_bytes(arr: pa.Array, position: int) -> tuple[Buffer, bytes]:
+    """(data, offsets) of a var-binary page whose first data byte lands at ``position``."""
+    data, offsets = _var_binary_parts(arr)
+    return data, (offsets + position).astype("<i8").tobytes()
 
 
 def _check_var_binary(arr: pa.Array, lf: LanceField, path: str) -> None:
@@ -218,9 +245,9 @@ def encode_dictionary_values(values: pa.Array, position: int) -> tuple[bytes, in
     values = _storage(values)
     if is_var_binary(values.type):
         data, offsets = var_binary_bytes(values, position)
-        return data + offsets, position + len(data)
+        return bytes(data) + offsets, position + memoryview(data).nbytes
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
-        return plain_bytes(values), position
+        return bytes(plain_bytes(values)), position
     raise UnsupportedFeatureError(
         f"dictionary values of type {values.type} cannot be stored in v0.2 files")
 
@@ -255,66 +282,118 @@ def _unify_dictionary(lf: LanceField, arr: pa.DictionaryArray, state: Dictionary
     return new_keys, (merged if added is not None else None)
 
 
-def encode_field(lf: LanceField, arr: pa.Array, sink: ByteSink,
-                 pages: dict[int, tuple[int, int]], dicts: DictionaryState,
-                 new_dicts: dict[int, pa.Array], *, path: str, check: bool = True,
-                 stats: StatsHook | None = None) -> None:
-    """Append the pages of one column (and its children) to ``sink``.
+def _page_entries(positions: np.ndarray | int, lengths: np.ndarray) -> np.ndarray:
+    """``(position, length)`` rows of a page table, one per row group."""
+    out = np.empty((len(lengths), 2), dtype=np.int64)
+    out[:, 0] = positions
+    out[:, 1] = lengths
+    return out
 
-    Records ``pages[field_id] = (position, length)``; dictionary columns whose dictionary must
-    change put the new values into ``new_dicts`` (the caller commits them). With ``check``,
-    values v0.2 cannot hold faithfully raise UnrepresentableValueError first.
+
+def _spread(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """For each row group ``g``, ``values[bounds[g] : bounds[g + 1] + 1]``, concatenated.
+
+    Pages of offsets need ``n + 1`` entries, so each group repeats its neighbour's first.
+    """
+    groups = len(bounds) - 1
+    if groups == 1:
+        return values
+    counts = np.diff(bounds) + 1
+    idx = np.arange(int(bounds[-1]) + groups, dtype=np.int64) - np.repeat(
+        np.arange(groups, dtype=np.int64), counts)
+    return values[idx]
+
+
+def _encode_plain(lf: LanceField, arr: pa.Array, bounds: np.ndarray, sink: ByteSink,
+                  pages: dict[int, np.ndarray]) -> None:
+    """Fixed-stride values: one page per row group, back to back."""
+    counts = np.diff(bounds)
+    bits = fixed_bit_width(arr.type)
+    starts = bounds[:-1] * bits
+    if bits % 8 == 0 or not np.any(starts % 8):  # every page starts on a byte boundary
+        pages[lf.id] = _page_entries(sink.position + starts // 8, counts)
+        sink.write(plain_bytes(arr))
+        return
+    positions = np.empty(len(counts), dtype=np.int64)
+    for g, (lo, n) in enumerate(zip(bounds[:-1].tolist(), counts.tolist(), strict=True)):
+        positions[g] = sink.position
+        sink.write(plain_bytes(arr.slice(lo, n)))
+    pages[lf.id] = _page_entries(positions, counts)
+
+
+def _encode_var_binary(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
+                       sink: ByteSink, pages: dict[int, np.ndarray]) -> None:
+    """The values of all row groups, then each group's page of absolute value positions."""
+    data, offsets = _var_binary_parts(arr)
+    positions = offsets + sink.position
+    sink.write(data)
+    groups = len(bounds) - 1
+    first = sink.position + 8 * (bounds[:-1] + np.arange(groups, dtype=np.int64))
+    pages[lf.id] = _page_entries(first, np.diff(bounds))
+    sink.write(np.ascontiguousarray(_spread(positions, bounds), dtype="<i8"))
+
+
+def encode_column(lf: LanceField, arr: pa.Array, bounds: np.ndarray, sink: ByteSink,
+                  pages: dict[int, np.ndarray], dicts: DictionaryState,
+                  new_dicts: dict[int, pa.Array], *, path: str, check: bool = True,
+                  stats: StatsHook | None = None) -> None:
+    """Append the pages of one column (and its children) for consecutive row groups.
+
+    Row group ``g`` holds values ``bounds[g]:bounds[g + 1]`` of ``arr`` (``bounds`` is an
+    int64 array starting at 0 and ending at ``len(arr)``). The pages of each field are
+    written back to back, field after field (depth first); ``pages[field_id]`` receives one
+    ``(position, length)`` row per row group. Dictionary columns whose dictionary must change
+    put the new values into ``new_dicts`` (the caller commits them). With ``check``, values
+    v0.2 cannot hold faithfully raise UnrepresentableValueError first.
     """
     arr = _storage(arr)
     t = arr.type
     n = len(arr)
-    if stats is not None and not (pa.types.is_struct(t) or pa.types.is_list(t)
-                                  or pa.types.is_large_list(t)):
-        stats(lf, arr)
+    counts = np.diff(bounds)
     if pa.types.is_null(t):
         if check and not lf.nullable and n:
             raise SchemaMismatchError(f"column {path!r} is not nullable but holds nulls")
-        pages[lf.id] = (sink.position, n)
+        pages[lf.id] = _page_entries(sink.position, counts)
     elif pa.types.is_dictionary(t):
         if check:
             _refuse_nulls(arr.indices, lf, path, "dictionary key")
         keys, new_values = _unify_dictionary(lf, arr, dicts, path)
         if new_values is not None:
             new_dicts[lf.id] = new_values
-        pages[lf.id] = (sink.position, n)
-        sink.write(plain_bytes(keys))
+        _encode_plain(lf, keys, bounds, sink, pages)
     elif is_var_binary(t):
         if check:
             _check_var_binary(arr, lf, path)
-        data, offsets = var_binary_bytes(arr, sink.position)
-        sink.write(data)
-        pages[lf.id] = (sink.position, n)
-        sink.write(offsets)
+        if stats is not None:
+            stats(lf, arr, bounds)
+        _encode_var_binary(lf, arr, bounds, sink, pages)
     elif is_fixed_stride(t):
         if check:
             _check_fixed(arr, lf, path)
-        pages[lf.id] = (sink.position, n)
-        sink.write(plain_bytes(arr))
+        if stats is not None:
+            stats(lf, arr, bounds)
+        _encode_plain(lf, arr, bounds, sink, pages)
     elif pa.types.is_struct(t):
         if check:
             _refuse_nulls(arr, lf, path, "struct")
         for child in lf.children:
-            encode_field(child, arr.field(child.name), sink, pages, dicts, new_dicts,
-                         path=f"{path}.{child.name}", check=check, stats=stats)
+            encode_column(child, arr.field(child.name), bounds, sink, pages, dicts, new_dicts,
+                          path=f"{path}.{child.name}", check=check, stats=stats)
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         if check:
             _refuse_nulls(arr, lf, path, "list")
-        list_offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-        lo = int(list_offsets[0]) if len(list_offsets) else 0
-        hi = int(list_offsets[-1]) if len(list_offsets) else 0
-        rebased = (list_offsets - lo).astype("<i8" if pa.types.is_large_list(t) else "<i4")
-        if len(rebased) == 0:
-            rebased = np.zeros(1, dtype=rebased.dtype)
-        pages[lf.id] = (sink.position, len(rebased))
-        sink.write(rebased.tobytes())
+        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        if len(offsets) == 0:
+            offsets = np.zeros(1, dtype=np.int64)
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        rebased = _spread(offsets, bounds) - np.repeat(offsets[bounds[:-1]], counts + 1)
+        width = 8 if pa.types.is_large_list(t) else 4
+        first = sink.position + width * (bounds[:-1] + np.arange(len(counts), dtype=np.int64))
+        pages[lf.id] = _page_entries(first, counts + 1)
+        sink.write(np.ascontiguousarray(rebased, dtype="<i8" if width == 8 else "<i4"))
         child = lf.children[0]
-        encode_field(child, arr.values.slice(lo, hi - lo), sink, pages, dicts, new_dicts,
-                     path=f"{path}.{child.name}", check=check, stats=None)
+        encode_column(child, arr.values.slice(lo, hi - lo), offsets[bounds] - lo, sink, pages,
+                      dicts, new_dicts, path=f"{path}.{child.name}", check=check, stats=None)
     else:
         raise UnsupportedFeatureError(f"column {path!r}: type {t} cannot be stored in v0.2 files")
 
@@ -324,7 +403,7 @@ __all__ = [
     "DictionaryState",
     "check_type",
     "encode_dictionary_values",
-    "encode_field",
+    "encode_column",
     "fixed_bit_width",
     "is_fixed_stride",
     "is_var_binary",

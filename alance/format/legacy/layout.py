@@ -122,6 +122,13 @@ class PageTable:
             raise CorruptFileError(f"negative page entry for field {field_id}")
         return int(pos), int(length)
 
+    def field_pages(self, field_id: int) -> np.ndarray:
+        """``(position, length)`` of a field's page in every row group: shape (groups, 2)."""
+        row = field_id - self.min_field_id
+        if not 0 <= row < self.entries.shape[0]:
+            raise CorruptFileError(f"page table has no entry for field {field_id}")
+        return self.entries[row]  # type: ignore[no-any-return]
+
     @staticmethod
     def byte_size(min_field_id: int, max_field_id: int, num_batches: int) -> int:
         """Bytes the table occupies on disk."""

@@ -29,7 +29,7 @@ from alance.errors import CorruptFileError
 
 T = TypeVar("T")
 Range = tuple[int, int]
-Plan = Generator[list[Range], list[bytes], T]
+Plan = Generator[list[Range], Sequence[bytes | memoryview], T]
 
 
 def run_plan(plan: Plan[T], fetch: Callable[[list[Range]], Sequence[bytes]]) -> T:
@@ -111,16 +111,22 @@ def merge_ranges(ranges: Sequence[Range], gap: int) -> tuple[list[Range], np.nda
 
 
 def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
-    """Wrap ``plan`` so each step's ranges are checked against the file and coalesced."""
+    """Wrap ``plan`` so each step's ranges are checked against the file and coalesced.
+
+    The wrapped plan receives read-only views (``memoryview``) into the fetched buffers
+    where a range is part of a larger read.
+    """
     try:
         request = next(plan)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     while True:
-        for s, e in request:
-            if s < 0 or e < s or e > file_size:
-                raise CorruptFileError(
-                    f"byte range {s}..{e} lies outside the file ({file_size} bytes)")
+        if request:
+            arr = np.asarray(request, dtype=np.int64).reshape(-1, 2)
+            if arr.min() < 0 or np.any(arr[:, 1] < arr[:, 0]) or arr[:, 1].max() > file_size:
+                bad = next((s, e) for s, e in request if s < 0 or e < s or e > file_size)
+                raise CorruptFileError(f"byte range {bad[0]}..{bad[1]} lies outside the file "
+                                       f"({file_size} bytes)")
         merged, group, offset = merge_ranges(request, gap)
         response = yield merged
         if len(response) != len(merged):
@@ -128,14 +134,14 @@ def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
         for (s, e), data in zip(merged, response, strict=True):
             if len(data) != e - s:
                 raise CorruptFileError(f"short read at {s}..{e}: file truncated?")
-        parts: list[bytes] = []
+        views = [memoryview(data) for data in response]
+        parts: list[bytes | memoryview] = []
         for (s, e), g, off in zip(request, group.tolist(), offset.tolist(), strict=True):
             if g < 0:
                 parts.append(b"")
             else:
-                data = response[g]
-                whole = off == 0 and len(data) == e - s
-                parts.append(data if whole else bytes(memoryview(data)[off: off + e - s]))
+                view = views[g]
+                parts.append(view if off == 0 and len(view) == e - s else view[off: off + e - s])
         try:
             request = plan.send(parts)
         except StopIteration as done:

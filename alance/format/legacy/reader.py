@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from alance._proto import file_pb2, table_pb2
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from alance.format.legacy.decode import PageLookup, Runs, read_dictionary_values, read_field
+from alance.format.legacy.decode import Spans, read_dictionary_values, read_field
 from alance.format.legacy.layout import (
     FOOTER_SIZE,
     Footer,
@@ -65,9 +65,9 @@ def _read_bytes(start: int, end: int, have: bytes, have_start: int) -> Plan[byte
         return have[start - have_start: end - have_start]
     if end <= have_start or start >= have_start + len(have):
         (data,) = yield [(start, end)]
-        return data
+        return bytes(data)
     (head,) = yield [(start, have_start)]
-    return head + have[: end - have_start]
+    return bytes(head) + have[: end - have_start]
 
 
 def _parse_manifest_schema(buf: bytes) -> LanceSchema:
@@ -115,7 +115,8 @@ def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
         raise CorruptFileError(f"file too short for a Lance file ({file_size} bytes)")
     if tail is None or len(tail) < FOOTER_SIZE:
         start = max(0, file_size - tail_size)
-        (tail,) = yield [(start, file_size)]
+        (got,) = yield [(start, file_size)]
+        tail = bytes(got)
         if len(tail) != file_size - start:
             raise CorruptFileError("short read of the file tail")
     tail_start = file_size - len(tail)
@@ -211,13 +212,9 @@ class LegacyFileReader:
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
         return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
 
-    def _pages(self, batch: int) -> PageLookup:
-        table = self.file.page_table
-        return lambda fid: table.get(fid, batch)
-
-    def _batch_plan(self, schema: LanceSchema, batch: int, runs: Runs) -> Plan[pa.RecordBatch]:
-        pages = self._pages(batch)
-        arrays = yield from gather([read_field(f, pages, runs, self.dictionaries)
+    def _plan(self, schema: LanceSchema, spans: Spans) -> Plan[pa.RecordBatch]:
+        pages = self.file.page_table.field_pages
+        arrays = yield from gather([read_field(f, pages, spans, self.dictionaries)
                                     for f in schema.fields])
         return pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
 
@@ -228,8 +225,8 @@ class LegacyFileReader:
             raise InvalidInputError(f"row group {batch} out of range 0..{self.num_batches}")
         schema = _project(self.schema, projection)
         off = self.file.batch_offsets
-        runs = Runs.span(0, int(off[batch + 1] - off[batch]))
-        return self._wrap(self._batch_plan(schema, batch, runs))
+        spans = Spans.whole(batch, int(off[batch + 1] - off[batch]))
+        return self._wrap(self._plan(schema, spans))
 
     def take(self, rows: Sequence[int] | np.ndarray,
              projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
@@ -242,42 +239,30 @@ class LegacyFileReader:
 
     def read_range(self, start: int, stop: int,
                    projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
-        """Plan reading rows ``start..stop`` of the file (may span row groups)."""
+        """Plan reading rows ``start..stop`` of the file (may span row groups).
+
+        However many row groups the range covers, each column is read as one array, all its
+        pages in the same steps.
+        """
         if not 0 <= start <= stop <= self.num_rows:
             raise InvalidInputError(f"rows {start}..{stop} out of range 0..{self.num_rows}")
         schema = _project(self.schema, projection)
         off = self.file.batch_offsets
-        plans = []
-        for b in range(self.num_batches):
-            lo, hi = max(start, int(off[b])), min(stop, int(off[b + 1]))
-            if lo < hi:
-                plans.append(self._batch_plan(schema, b, Runs.span(lo - int(off[b]),
-                                                                   hi - int(off[b]))))
-        return self._wrap(self._concat(schema, plans))
-
-    def _concat(self, schema: LanceSchema, plans: list[Plan[pa.RecordBatch]],
-                ) -> Plan[pa.RecordBatch]:
-        arrow_schema = schema.to_arrow()
-        batches = yield from gather(plans)
-        if not batches:
-            return pa.RecordBatch.from_pylist([], schema=arrow_schema)
-        if len(batches) == 1:
-            return batches[0]  # type: ignore[no-any-return]
-        combined = pa.Table.from_batches(batches, schema=arrow_schema).combine_chunks()
-        return combined.to_batches()[0]
+        first = int(np.searchsorted(off, start, side="right")) - 1
+        last = int(np.searchsorted(off, stop, side="left"))
+        groups = np.arange(max(first, 0), min(last, self.num_batches), dtype=np.int64)
+        base = off[groups]
+        spans = Spans.of(groups, np.maximum(start - base, 0),
+                         np.minimum(stop, off[groups + 1]) - base)
+        return self._wrap(self._plan(schema, spans))
 
     def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
-        uniq, inverse = np.unique(rows, return_inverse=True)
+        ordered = len(rows) < 2 or bool(np.all(np.diff(rows) > 0))
+        uniq, inverse = (rows, None) if ordered else np.unique(rows, return_inverse=True)
         off = self.file.batch_offsets
-        batch_of = np.searchsorted(off, uniq, side="right") - 1
-        plans = []
-        bounds = np.flatnonzero(np.diff(batch_of)) + 1
-        for chunk in np.split(np.arange(len(uniq)), bounds) if len(uniq) else []:
-            b = int(batch_of[chunk[0]])
-            runs = Runs.from_indices(uniq[chunk] - off[b])
-            plans.append(self._batch_plan(schema, b, runs))
-        result = yield from self._concat(schema, plans)
-        if len(uniq) != len(rows) or np.any(np.diff(rows) < 0):
+        groups = np.searchsorted(off, uniq, side="right") - 1
+        result = yield from self._plan(schema, Spans.from_indices(groups, uniq - off[groups]))
+        if inverse is not None:
             result = result.take(pa.array(inverse.ravel()))
         return result
 
@@ -322,8 +307,8 @@ class LegacyFileReader:
                                      self.file.tail, self.file.tail_start)
         table = PageTable.decode(raw, 0, hi, 1)
         sub = LanceSchema(fields)
-        runs = Runs.span(0, self.num_batches)
-        arrays = yield from gather([read_field(f, lambda fid: table.get(fid, 0), runs, {})
+        spans = Spans.whole(0, self.num_batches)
+        arrays = yield from gather([read_field(f, table.field_pages, spans, {})
                                     for f in sub.fields])
         return pa.RecordBatch.from_arrays(arrays, schema=sub.to_arrow())
 

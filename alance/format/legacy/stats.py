@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import file_pb2
-from alance.format.legacy.encode import ByteSink, DictionaryState, encode_field, is_var_binary
+from alance.format.legacy.encode import ByteSink, DictionaryState, encode_column, is_var_binary
 from alance.format.legacy.layout import PageTable
 from alance.format.schema import (
     ENC_NONE,
@@ -198,11 +198,125 @@ def _build_column(lf: LanceField, values: list[bytes | bool | None]) -> pa.Array
 
 
 @dataclass
+class GroupStats:
+    """Statistics of one column over consecutive row groups (one entry per group)."""
+
+    null_counts: np.ndarray
+    min_values: pa.Array
+    max_values: pa.Array
+
+
+def _stats_one_by_one(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats:
+    rows = [compute_stats(lf, arr.slice(lo, hi - lo))
+            for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+    return GroupStats(np.array([r.null_count for r in rows], dtype=np.int64),
+                      _build_column(lf, [r.min_value for r in rows]),
+                      _build_column(lf, [r.max_value for r in rows]))
+
+
+def _fixed_values(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    n = len(arr)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + n)[arr.offset:]
+
+
+def _from_numpy(lf: LanceField, values: np.ndarray) -> pa.Array:
+    data = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+    return pa.Array.from_buffers(_stat_type(lf), len(values), [None, pa.py_buffer(data)])
+
+
+def _first_smallest_rows(words: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                         ) -> np.ndarray:
+    """Per group, the first row whose words are lexicographically smallest."""
+    top = np.uint64(np.iinfo(np.uint64).max)
+    candidate: np.ndarray | None = None
+    for k in range(words.shape[1]):
+        w = words[:, k] if candidate is None else np.where(candidate, words[:, k], top)
+        eq = w == np.repeat(np.minimum.reduceat(w, starts), counts)
+        candidate = eq if candidate is None else eq & candidate
+        if np.count_nonzero(candidate) == len(starts):  # one candidate per group left
+            break
+    if candidate is None:
+        return starts
+    rows = np.flatnonzero(candidate)
+    groups = np.repeat(np.arange(len(starts)), counts)[rows]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = groups[1:] != groups[:-1]
+    return rows[first]
+
+
+def _binary_group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
+                        ) -> GroupStats | None:
+    """Strings/binaries without nulls, all of one length: min/max with numpy (else None).
+
+    Values become big-endian 64-bit words (the first 65 bytes decide both bounds, see
+    :func:`compute_stats`), compared word by word within each group.
+    """
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype="<i8" if large else "<i4",
+                            count=arr.offset + n + 1)[arr.offset:]
+    width = int(offsets[1] - offsets[0])
+    if np.any(np.diff(offsets) != width):
+        return None
+    used = min(width, PREFIX_LENGTH + 1)
+    nwords = (used + 7) // 8
+    padded = np.zeros((n, nwords * 8), dtype=np.uint8)
+    if used:
+        data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+        padded[:, :used] = data[int(offsets[0]): int(offsets[-1])].reshape(n, width)[:, :used]
+    words = padded.view(">u8").astype(np.uint64)
+    starts, counts = bounds[:-1], np.diff(bounds)
+    lo = arr.take(pa.array(_first_smallest_rows(words, starts, counts)))
+    hi = arr.take(pa.array(_first_smallest_rows(~words, starts, counts)))
+    if width > PREFIX_LENGTH:  # every group has a cut value: apply the rules per group
+        rows = [compute_stats(lf, pa.concat_arrays([lo.slice(g, 1), hi.slice(g, 1)]))
+                for g in range(len(counts))]
+        return GroupStats(np.zeros(len(counts), np.int64),
+                          _build_column(lf, [r.min_value for r in rows]),
+                          _build_column(lf, [r.max_value for r in rows]))
+    t = _stat_type(lf)
+    return GroupStats(np.zeros(len(counts), np.int64), lo.view(t), hi.view(t))
+
+
+def group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats:
+    """Statistics of consecutive row groups: group ``g`` is ``arr[bounds[g]:bounds[g+1]]``.
+
+    Gives the same values as :func:`compute_stats` on each group, vectorised over groups for
+    the common cases (no nulls, non-empty groups).
+    """
+    lt = lf.logical_type
+    starts, counts = bounds[:-1], np.diff(bounds)
+    if arr.null_count or not np.all(counts):
+        return _stats_one_by_one(lf, arr, bounds)
+    zeros = np.zeros(len(counts), dtype=np.int64)
+    if lt == "bool":
+        bits = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=bool)
+        return GroupStats(zeros, pa.array(np.logical_and.reduceat(bits, starts)),
+                          pa.array(np.logical_or.reduceat(bits, starts)))
+    if lt in _INT_TYPES:
+        values = _fixed_values(arr, _INT_TYPES[lt])
+        return GroupStats(zeros, _from_numpy(lf, np.minimum.reduceat(values, starts)),
+                          _from_numpy(lf, np.maximum.reduceat(values, starts)))
+    if lt in _FLOAT_TYPES:
+        values = _fixed_values(arr, _FLOAT_TYPES[lt])
+        lo, hi = np.fmin.reduceat(values, starts), np.fmax.reduceat(values, starts)
+        unknown = np.isnan(lo) | np.isnan(hi)
+        lo = np.where(unknown, -np.inf, np.where(lo == 0, -0.0, lo)).astype(values.dtype)
+        hi = np.where(unknown, np.inf, np.where(hi == 0, 0.0, hi)).astype(values.dtype)
+        return GroupStats(zeros, _from_numpy(lf, lo), _from_numpy(lf, hi))
+    if lt in _BINARY_TYPES:
+        result = _binary_group_stats(lf, arr, bounds)
+        if result is not None:
+            return result
+    return _stats_one_by_one(lf, arr, bounds)
+
+
+@dataclass
 class StatisticsCollector:
     """Accumulates statistics rows per row group and writes the statistics section."""
 
     fields: list[LanceField]
-    rows: dict[int, list[StatsRow]] = field(default_factory=dict)
+    chunks: dict[int, list[GroupStats]] = field(default_factory=dict)
 
     @classmethod
     def for_schema(cls, schema: LanceSchema) -> StatisticsCollector | None:
@@ -212,12 +326,12 @@ class StatisticsCollector:
 
     def wanted(self) -> set[int]:
         """Field ids that get statistics."""
-        return set(self.rows)
+        return set(self.chunks)
 
-    def add(self, batch_rows: dict[int, StatsRow]) -> None:
-        """Commit the rows of one row group (every collected field must be present)."""
-        for fid, rows in self.rows.items():
-            rows.append(batch_rows[fid])
+    def add(self, groups: dict[int, GroupStats]) -> None:
+        """Commit the statistics of some row groups (every collected field must be present)."""
+        for fid, chunks in self.chunks.items():
+            chunks.append(groups[fid])
 
     def stats_schema(self) -> LanceSchema:
         """The schema of the statistics columns, ids assigned depth first from 0."""
@@ -242,25 +356,26 @@ class StatisticsCollector:
 
     def write(self, sink: ByteSink) -> file_pb2.Metadata.StatisticsMetadata | None:
         """Write the statistics pages and page table; None when there is nothing to write."""
-        if not self.fields or not any(self.rows.values()):
+        if not self.fields or not any(self.chunks.values()):
             return None
         schema = self.stats_schema()
-        pages: dict[int, tuple[int, int]] = {}
+        pages: dict[int, np.ndarray] = {}
         for data_field, stats_field in zip(self.fields, schema.fields, strict=True):
-            rows = self.rows[data_field.id]
+            chunks = self.chunks[data_field.id]
             columns = [
-                pa.array([r.null_count for r in rows], pa.int64()),
-                _build_column(data_field, [r.min_value for r in rows]),
-                _build_column(data_field, [r.max_value for r in rows]),
+                pa.array(np.concatenate([c.null_counts for c in chunks]), pa.int64()),
+                pa.concat_arrays([c.min_values for c in chunks]),
+                pa.concat_arrays([c.max_values for c in chunks]),
             ]
             struct = pa.StructArray.from_arrays(columns, names=[c.name for c in
                                                                 stats_field.children])
-            encode_field(stats_field, struct, sink, pages, DictionaryState(), {},
-                         path=stats_field.name, check=False)
+            bounds = np.array([0, len(struct)], dtype=np.int64)
+            encode_column(stats_field, struct, bounds, sink, pages, DictionaryState(), {},
+                          path=stats_field.name, check=False)
         ids = schema.field_ids()
         entries = np.zeros((max(ids) + 1, 1, 2), dtype="<i8")
-        for fid, (pos, length) in pages.items():
-            entries[fid, 0] = (pos, length)
+        for fid, rows in pages.items():
+            entries[fid] = rows
         table_pos = sink.position
         sink.write(PageTable(entries, 0).encode())
         meta = file_pb2.Metadata.StatisticsMetadata(page_table_position=table_pos)
@@ -274,9 +389,11 @@ class StatisticsCollector:
 
 __all__ = [
     "PREFIX_LENGTH",
+    "GroupStats",
     "StatisticsCollector",
     "StatsRow",
     "compute_stats",
+    "group_stats",
     "stats_fields",
     "supports_statistics",
 ]

@@ -15,11 +15,11 @@ from alance.format.legacy.encode import (
     ByteSink,
     DictionaryState,
     check_type,
+    encode_column,
     encode_dictionary_values,
-    encode_field,
 )
 from alance.format.legacy.layout import MAJOR_VERSION, PageTable, encode_block, encode_footer
-from alance.format.legacy.stats import StatisticsCollector, StatsRow, compute_stats
+from alance.format.legacy.stats import GroupStats, StatisticsCollector, group_stats
 from alance.format.schema import LanceField, LanceSchema
 
 
@@ -38,7 +38,8 @@ def _untyped(protos: list[file_pb2.Field]) -> list[file_pb2.Field]:
 
 
 class LegacyFileWriter:
-    """Writes one v0.2 (or v0.1) data file, one row group per :meth:`write_batch` call.
+    """Writes one v0.2 (or v0.1) data file: one row group per :meth:`write_batch` call, or
+    many per :meth:`write_batches` call.
 
     The writer keeps no data: :meth:`write_batch` returns the bytes to append for the row
     group, :meth:`finish` the tail (page table, statistics, dictionaries, the self-describing
@@ -73,8 +74,8 @@ class LegacyFileWriter:
         self._dicts = DictionaryState(dict(dictionaries or {}))
         ids = self._schema.field_ids()
         self._min_id, self._max_id = min(ids), max(ids)
-        self._pages: list[dict[int, tuple[int, int]]] = []
-        self._batch_offsets: list[int] = []
+        self._pages: list[np.ndarray] = []  # page table columns, per write call
+        self._batch_offsets: list[np.ndarray] = []  # first row of each group, per write call
         self._position = 0
         self._num_rows = 0
         self._finished = False
@@ -93,7 +94,7 @@ class LegacyFileWriter:
     @property
     def num_batches(self) -> int:
         """Row groups written so far."""
-        return len(self._pages)
+        return sum(p.shape[1] for p in self._pages)
 
     @property
     def schema(self) -> LanceSchema:
@@ -112,12 +113,25 @@ class LegacyFileWriter:
     # -- writing -------------------------------------------------------------------------------
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> bytes:
         """Encode one row group and return its bytes (empty batches write nothing)."""
+        return self.write_batches(batch, max(1, batch.num_rows))
+
+    def write_batches(self, batch: pa.RecordBatch | pa.Table, rows_per_group: int) -> bytes:
+        """Encode ``batch`` as row groups of ``rows_per_group`` rows and return their bytes.
+
+        The last group may be shorter. Work is vectorised over the groups, and within the
+        returned bytes the pages of each column are contiguous (column by column), so
+        reading a few columns of many groups needs few ranges. With one group the bytes are
+        the same as :meth:`write_batch`. Empty batches write nothing.
+        """
         if self._finished:
             raise InvalidInputError("writer already finished")
+        if rows_per_group < 1:
+            raise InvalidInputError("rows_per_group must be at least 1")
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else \
                 pa.RecordBatch.from_pylist([], schema=batch.schema)
-        if batch.num_rows == 0:
+        n = batch.num_rows
+        if n == 0:
             return b""
         names = batch.schema.names
         if sorted(names) != sorted(self._schema.names):
@@ -130,27 +144,31 @@ class LegacyFileWriter:
             arr = batch.column(lf.name)
             check_type(lf, arr.type, lf.name)
             columns.append((lf, arr))
+        bounds = np.append(np.arange(0, n, rows_per_group, dtype=np.int64), np.int64(n))
 
         sink = ByteSink(self._position)
-        pages: dict[int, tuple[int, int]] = {}
+        pages: dict[int, np.ndarray] = {}
         new_dicts: dict[int, pa.Array] = {}
-        stats_rows: dict[int, StatsRow] = {}
+        stats: dict[int, GroupStats] = {}
         wanted = self._stats.wanted() if self._stats else set()
 
-        def hook(f: LanceField, arr: pa.Array) -> None:
+        def hook(f: LanceField, arr: pa.Array, bounds: np.ndarray) -> None:
             if f.id in wanted:
-                stats_rows[f.id] = compute_stats(f, arr)
+                stats[f.id] = group_stats(f, arr, bounds)
 
         for lf, arr in columns:
-            encode_field(lf, arr, sink, pages, self._dicts, new_dicts, path=lf.name,
-                         stats=hook if wanted else None)
+            encode_column(lf, arr, bounds, sink, pages, self._dicts, new_dicts, path=lf.name,
+                          stats=hook if wanted else None)
         # Everything checked: commit.
+        entries = np.zeros((self._max_id - self._min_id + 1, len(bounds) - 1, 2), dtype="<i8")
+        for fid, rows in pages.items():
+            entries[fid - self._min_id] = rows
         self._dicts.values.update(new_dicts)
         if self._stats:
-            self._stats.add(stats_rows)
-        self._pages.append(pages)
-        self._batch_offsets.append(self._num_rows)
-        self._num_rows += batch.num_rows
+            self._stats.add(stats)
+        self._pages.append(entries)
+        self._batch_offsets.append(bounds[:-1] + self._num_rows)
+        self._num_rows += n
         data = sink.getvalue()
         self._position = sink.position
         return data
@@ -165,11 +183,10 @@ class LegacyFileWriter:
             raise InvalidInputError("writer already finished")
         self._finished = True
         sink = ByteSink(self._position)
-        nb = len(self._pages)
-        entries = np.zeros((self._max_id - self._min_id + 1, nb, 2), dtype="<i8")
-        for b, pages in enumerate(self._pages):
-            for fid, (pos, length) in pages.items():
-                entries[fid - self._min_id, b] = (pos, length)
+        nf = self._max_id - self._min_id + 1
+        entries = (np.concatenate(self._pages, axis=1) if self._pages
+                   else np.zeros((nf, 0, 2), dtype="<i8"))
+        nb = entries.shape[1]
         meta = file_pb2.Metadata(page_table_position=sink.position)
         sink.write(PageTable(entries, self._min_id).encode())
         if self._stats is not None:
@@ -195,7 +212,8 @@ class LegacyFileWriter:
             meta.manifest_position = sink.position
             sink.write(encode_block(manifest.SerializeToString()))
         if nb:
-            meta.batch_offsets.extend([*self._batch_offsets, self._num_rows])
+            meta.batch_offsets.extend([*np.concatenate(self._batch_offsets).tolist(),
+                                       self._num_rows])
         metadata_pos = sink.position
         sink.write(encode_block(meta.SerializeToString()))
         sink.write(encode_footer(metadata_pos, MAJOR_VERSION, self._minor))
