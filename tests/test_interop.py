@@ -185,3 +185,28 @@ def test_alance_commits_keep_pylance_indices(tmp_path) -> None:
     assert after.to_table(filter="id = 5")["id"].to_pylist() == [5]
     assert after.to_table(filter="id = 2100")["id"].to_pylist() == [2100]
     assert al.open_dataset(uri).to_table(filter="id = 2100")["id"].to_pylist() == [2100]
+
+
+def test_extension_types_both_ways(tmp_path) -> None:
+    import uuid
+
+    u = pa.array([uuid.UUID(int=i).bytes for i in range(20)], pa.uuid())
+    table = pa.table({"id": pa.array(range(20), pa.int64()), "u": u})
+    ours_uri, theirs_uri = str(tmp_path / "a.lance"), str(tmp_path / "p.lance")
+    ds = al.write_dataset(table, ours_uri)
+    assert ds.schema.field("u").type == pa.uuid()
+    assert ds.to_table().equals(table)
+    assert ds.take([3, 1]).equals(table.take([3, 1]))
+    assert lance.dataset(ours_uri).to_table().equals(table)
+    lance.write_dataset(table, theirs_uri, data_storage_version="legacy")
+    assert al.open_dataset(theirs_uri).to_table().equals(lance.dataset(theirs_uri).to_table())
+    # the stored field list is the one pylance writes (incl. the legacy extension_name)
+    from alance.format.manifest import decode_manifest_file
+
+    def fields(uri: str) -> list:
+        path = next((Path(uri) / "_versions").glob("*.manifest"))
+        manifest = decode_manifest_file(path.read_bytes()).manifest
+        return [(f.name, f.logical_type, dict(f.metadata), f.extension_name)
+                for f in manifest.fields]
+
+    assert fields(ours_uri) == fields(theirs_uri)

@@ -80,7 +80,7 @@ class LanceDataset:
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version."""
-        return self._snapshot.schema.to_arrow()
+        return self._snapshot.schema.to_arrow_with_extensions()
 
     @property
     def lance_schema(self) -> LanceSchema:

@@ -21,7 +21,7 @@ from alance.dataset.read import FragmentReader, ReadContext, live_rows
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.filter import compile_filter_and_columns
 from alance.format.feature_flags import FeatureFlag
-from alance.format.schema import LanceField
+from alance.format.schema import LanceField, with_extension_type
 
 ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"
@@ -35,6 +35,17 @@ def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
     """Row addresses ``fragment_id << 32 | offset`` as a uint64 array."""
     return pa.array((np.uint64(fragment_id) << np.uint64(32)) | offsets.astype(np.uint64),
                     pa.uint64())
+
+
+def as_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with the (extension) types of ``schema``, whose storage types it already has."""
+    if batch.schema.equals(schema):
+        return batch
+    columns = [pa.ExtensionArray.from_storage(f.type, col)
+               if isinstance(f.type, pa.BaseExtensionType)
+               and not isinstance(col.type, pa.BaseExtensionType) else col
+               for f, col in zip(schema, batch.columns, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ class Scanner:
     @property
     def output_schema(self) -> pa.Schema:
         """The schema of the batches this scan yields."""
-        fields = [f.to_arrow() for f in self.projection]
+        fields = [with_extension_type(f.to_arrow()) for f in self.projection]
         if self.with_row_id:
             fields.append(pa.field(ROW_ID, pa.uint64(), True))
         if self.with_row_address:
@@ -236,6 +247,7 @@ class Scanner:
                         remaining = 0
                     else:
                         remaining -= batch.num_rows
+                batch = as_schema(batch, self.output_schema)
                 for start in range(0, batch.num_rows, self.batch_size):
                     yield batch.slice(start, self.batch_size)
                 if remaining == 0:

@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from alance.dataset.read import ReadContext, live_rows
+from alance.dataset.scan import as_schema
+from alance.format.schema import with_extension_type
 from alance.errors import InvalidInputError
 
 
@@ -30,7 +32,8 @@ async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | Non
     """Rows at dataset positions ``indices`` (0-based, deleted rows not counted), in order."""
     schema = ctx.schema
     projection = [schema.field(n) for n in (columns if columns is not None else schema.names)]
-    out_schema = pa.schema([f.to_arrow() for f in projection])
+    storage_schema = pa.schema([f.to_arrow() for f in projection])
+    out_schema = pa.schema([with_extension_type(f) for f in storage_schema])
     idx = _as_indices(indices)
     if idx.size == 0:
         return out_schema.empty_table()
@@ -61,6 +64,8 @@ async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | Non
 
     parts = await asyncio.gather(*(read(int(p)) for p in np.unique(which)))
     positions = np.concatenate([p for p, _ in parts])
-    table = pa.Table.from_batches([b for _, b in parts], schema=out_schema)
+    table = pa.Table.from_batches([b for _, b in parts], schema=storage_schema)
     order = np.searchsorted(positions, idx)  # positions is sorted: fragments in order, unique
-    return table.take(pa.array(order))
+    result = table.take(pa.array(order)).combine_chunks()
+    return pa.Table.from_batches([as_schema(b, out_schema) for b in result.to_batches()],
+                                 schema=out_schema)

@@ -65,7 +65,7 @@ _SIMPLE_FROM_ARROW = {str(t): name for name, t in _SIMPLE_TO_ARROW.items() if na
 
 def logical_type_of(dtype: pa.DataType) -> str:
     """The Lance logical type string of an Arrow data type (nested types: the container only)."""
-    if isinstance(dtype, pa.ExtensionType):
+    if isinstance(dtype, pa.BaseExtensionType):
         return logical_type_of(dtype.storage_type)
     simple = _SIMPLE_FROM_ARROW.get(str(dtype))
     if simple is not None and not pa.types.is_timestamp(dtype):
@@ -146,9 +146,30 @@ def arrow_type_of(logical_type: str, children: Sequence[LanceField] = ()) -> pa.
     raise UnsupportedFeatureError(f"unsupported logical type {logical_type!r}")
 
 
+def with_extension_type(field: pa.Field) -> pa.Field:
+    """``field`` with its extension type if its metadata names one pyarrow knows.
+
+    Fields keep extension types as storage type plus ``ARROW:extension:*`` metadata; this turns
+    them back into the registered (or canonical, e.g. ``arrow.uuid``) extension type, as Arrow
+    IPC readers do. Unknown extension names leave the field as it is.
+    """
+    meta = field.metadata or {}
+    if EXT_NAME_KEY.encode() not in meta or isinstance(field.type, pa.BaseExtensionType):
+        return field
+    key = (field.name, str(field.type), tuple(sorted(meta.items())), field.nullable)
+    resolved = _EXTENSION_CACHE.get(key)
+    if resolved is None:
+        resolved = pa.ipc.read_schema(pa.py_buffer(pa.schema([field]).serialize())).field(0)
+        _EXTENSION_CACHE[key] = resolved
+    return resolved
+
+
+_EXTENSION_CACHE: dict[tuple[Any, ...], pa.Field] = {}
+
+
 def _default_encoding(dtype: pa.DataType) -> int:
     """The v0.1/v0.2 ``Field.encoding`` upstream assigns to a new field of this type."""
-    if isinstance(dtype, pa.ExtensionType):
+    if isinstance(dtype, pa.BaseExtensionType):
         dtype = dtype.storage_type
     if pa.types.is_dictionary(dtype):
         return ENC_DICTIONARY
@@ -231,10 +252,11 @@ class LanceSchema:
             dtype = f.type
             meta = {k.decode(): v for k, v in (f.metadata or {}).items()}
             ext_name = ""
-            if isinstance(dtype, pa.ExtensionType):
+            if isinstance(dtype, pa.BaseExtensionType):
                 ext_name = dtype.extension_name
                 meta.setdefault(EXT_NAME_KEY, ext_name.encode())
-                meta.setdefault(EXT_META_KEY, dtype.__arrow_ext_serialize__())
+                serialize = getattr(dtype, "__arrow_ext_serialize__", None)
+                meta.setdefault(EXT_META_KEY, serialize() if serialize is not None else b"")
                 dtype = dtype.storage_type
             logical = logical_type_of(dtype)
             if meta.get(EXT_NAME_KEY) in (b"arrow.json", b"lance.json"):
@@ -242,7 +264,7 @@ class LanceSchema:
             lf = LanceField(
                 id=next_id[0], name=f.name, logical_type=logical, nullable=f.nullable,
                 parent_id=parent_id, metadata=meta, encoding=_default_encoding(dtype),
-                unenforced_primary_key=_truthy(meta.get(PK_KEY)),
+                extension_name=ext_name, unenforced_primary_key=_truthy(meta.get(PK_KEY)),
             )
             if lf.unenforced_primary_key and PK_POSITION_KEY in meta:
                 try:
@@ -271,9 +293,14 @@ class LanceSchema:
         return result
 
     def to_arrow(self) -> pa.Schema:
-        """This schema as an Arrow schema."""
+        """This schema as an Arrow schema (extension types as storage type plus metadata)."""
         meta = {k.encode(): v for k, v in self.metadata.items()}
         return pa.schema([f.to_arrow() for f in self.fields], metadata=meta or None)
+
+    def to_arrow_with_extensions(self) -> pa.Schema:
+        """This schema with top-level extension types resolved (for results given to users)."""
+        return pa.schema([with_extension_type(f) for f in self.to_arrow()],
+                         metadata=self.to_arrow().metadata)
 
     @classmethod
     def from_protos(cls, protos: Iterable[Any], metadata: Mapping[str, bytes] | None = None,
@@ -423,7 +450,7 @@ def _differences(expected: list[pa.Field], actual: list[pa.Field], prefix: str) 
     for e, a in zip(expected, actual, strict=True):
         path = f"{prefix}{e.name}"
         et, at = e.type, a.type
-        if isinstance(at, pa.ExtensionType):
+        if isinstance(at, pa.BaseExtensionType):
             at = at.storage_type
         if e.nullable is False and a.nullable is True:
             out.append(f"{path}: column is not nullable in the dataset")
