@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from alance.dataset.read import ReadContext, live_rows
 from alance.dataset.scan import as_schema
-from alance.format.schema import with_extension_type
 from alance.errors import InvalidInputError
+from alance.format.schema import with_extension_type
 
 
 def _as_indices(indices: Any) -> np.ndarray:
