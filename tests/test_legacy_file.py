@@ -252,6 +252,11 @@ def test_write_batches_matches_per_group_writes(rows_per_group: int) -> None:
     assert _all_stats(mine) == _all_stats(ref)  # and the same statistics
     one_group, _ = _write_chunked(table, 7)
     assert one_group == _write(table)[0]  # one group: byte for byte what write_batch writes
+    w = LegacyFileWriter(LanceSchema.from_arrow(table.schema))
+    parts = w.write_batches_parts(table, rows_per_group)
+    assert all(isinstance(p, memoryview) for p in parts)
+    assert sum(len(p) for p in parts) == w.bytes_written
+    assert b"".join([*parts, w.finish()]) == mine  # the same bytes, unjoined
 
 
 def _wide_table(n: int) -> pa.Table:
@@ -328,14 +333,32 @@ def test_group_stats_equal_one_group_rules() -> None:
                           for x in rng.random(400) < 0.5][:400], pa.binary()),
         "long_eq": pa.array(["é" * 33 + str(x) for x in rng.integers(0, 10, 400)]),
     }
-    bounds = np.array([0, 40, 41, 100, 233, 400], dtype=np.int64)
-    for name, arr in columns.items():
-        lf = LanceSchema.from_arrow(pa.schema([(name, arr.type)])).fields[0]
-        got = group_stats(lf, arr, bounds)
-        rows = [compute_stats(lf, arr.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
-        assert got.null_counts.tolist() == [r.null_count for r in rows], name
-        assert got.min_values.equals(_build_column(lf, [r.min_value for r in rows])), name
-        assert got.max_values.equals(_build_column(lf, [r.max_value for r in rows])), name
+    for cuts in ([0, 40, 41, 100, 233, 400], [0, 150, 300, 400], [0, 400]):
+        bounds = np.array(cuts, dtype=np.int64)
+        for name, arr in columns.items():
+            lf = LanceSchema.from_arrow(pa.schema([(name, arr.type)])).fields[0]
+            got = group_stats(lf, arr, bounds)
+            rows = [compute_stats(lf, arr.slice(a, b - a))
+                    for a, b in itertools.pairwise(bounds)]
+            assert got.null_counts.tolist() == [r.null_count for r in rows], name
+            assert got.min_values.equals(_build_column(lf, [r.min_value for r in rows])), name
+            assert got.max_values.equals(_build_column(lf, [r.max_value for r in rows])), name
+
+
+def test_single_and_multi_group_calls_mix() -> None:
+    table = _table()
+    w = LegacyFileWriter(LanceSchema.from_arrow(table.schema))
+    data = (w.write_batch(table.slice(0, 1)) + w.write_batches(table.slice(1, 4), 2)
+            + w.write_batch(table.slice(5, 2)) + w.finish())
+    ref = LegacyFileWriter(LanceSchema.from_arrow(table.schema))
+    ref_data = b"".join([*(ref.write_batch(table.slice(a, b - a))
+                           for a, b in itertools.pairwise([0, 1, 3, 5, 7])), ref.finish()])
+    r = _reader(data)
+    assert r.file.batch_offsets.tolist() == [0, 1, 3, 5, 7]
+    assert _same(_read_all(r, data), table)
+    stats = _all_stats(data)
+    assert stats is not None and stats.num_rows == 4
+    assert stats == _all_stats(ref_data)
 
 
 def test_ranges_across_groups() -> None:
@@ -677,6 +700,21 @@ def test_merge_and_gather() -> None:
     merged, group, offset = merge_ranges([(10, 20), (0, 5), (22, 30), (7, 7)], gap=2)
     assert merged == [(0, 5), (10, 30)]
     assert group.tolist() == [1, 0, 1, -1] and offset.tolist() == [0, 0, 12, 0]
+
+    rng = np.random.default_rng(2)
+    for count in (5, 40, 200):  # small requests take a pure Python path, large ones numpy
+        starts = rng.integers(0, 5000, count)
+        ranges = [(int(s), int(s + rng.integers(0, 60))) for s in starts]
+        merged, group, offset = merge_ranges(ranges, gap=16)
+        for (s, e), g, off in zip(ranges, group.tolist(), offset.tolist(), strict=True):
+            if e == s:
+                assert g == -1
+            else:
+                assert merged[g][0] + off == s and e <= merged[g][1]
+        for (_, e1), (s2, _) in itertools.pairwise(merged):
+            assert s2 > e1 + 16  # merged ranges are sorted and further apart than the gap
+        covered = {(s, e) for s, e in ranges if e > s}
+        assert all(any(a <= s and e <= b for a, b in merged) for s, e in covered)
 
     def plan(a: int) -> object:
         (x,) = yield [(a, a + 2)]

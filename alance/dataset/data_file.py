@@ -31,7 +31,7 @@ async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store
             for (start, end), chunk in zip(ranges, data, strict=True):
                 if len(chunk) != end - start:
                     raise CorruptFileError(f"{path}: file ends before byte {end}")
-            ranges = plan.send(data)
+            ranges = plan.send(data)  # type: ignore[arg-type]  # views are bytes-like
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     finally:

@@ -246,7 +246,7 @@ async def write_dataset(
         target = arrow_schema
 
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
-        async for batch in regroup(batches, params.max_rows_per_group):
+        async for batch in regroup(batches, params.rows_per_chunk):
             if not batch.schema.equals(target):
                 batch = batch.cast(target)
             yield batch

@@ -26,6 +26,10 @@ DATA_DIR = "data"
 LEGACY_NAMES = {None: "0.1", "legacy": "0.1", "0.1": "0.1", "0.2": "0.1"}
 
 
+#: Row groups encoded per call of the file writer (bounds the writer's working memory).
+GROUPS_PER_CHUNK = 64
+
+
 @dataclass(frozen=True)
 class WriteParams:
     """Limits that shape data files."""
@@ -33,6 +37,11 @@ class WriteParams:
     max_rows_per_file: int = 1024 * 1024
     max_rows_per_group: int = 1024
     max_bytes_per_file: int = 90 * 1024**3
+
+    @property
+    def rows_per_chunk(self) -> int:
+        """Rows handed to the file writer per call: whole row groups, a bounded number."""
+        return self.max_rows_per_group * GROUPS_PER_CHUNK
 
     def __post_init__(self) -> None:
         for name in ("max_rows_per_file", "max_rows_per_group", "max_bytes_per_file"):
@@ -62,8 +71,8 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           ) -> list[table_pb2.DataFragment]:
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
 
-    ``batches`` must already be grouped into row groups of at most ``max_rows_per_group``
-    rows. ``dictionaries`` (field id -> values) seeds dictionary columns and is updated in
+    ``batches`` are encoded a batch at a time, as row groups of ``max_rows_per_group`` rows
+    (feed batches of many groups: per-call overhead is per batch). ``dictionaries`` (field id -> values) seeds dictionary columns and is updated in
     place: values first seen in this write are appended, so keys written earlier stay valid
     and one dictionary serves every file. On any error, the files this call wrote are
     deleted before the error propagates.
@@ -87,10 +96,11 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             async with store.open_writer(path) as out:
                 while pending is not None:
                     room = params.max_rows_per_file - rows
-                    group, pending = (pending, None) if pending.num_rows <= room else (
+                    chunk, pending = (pending, None) if pending.num_rows <= room else (
                         pending.slice(0, room), pending.slice(room))
-                    await out.write(encoder.write_batch(group))
-                    rows += group.num_rows
+                    for part in encoder.write_batches_parts(chunk, params.max_rows_per_group):
+                        await out.write(part)
+                    rows += chunk.num_rows
                     if rows >= params.max_rows_per_file or (
                             out.bytes_written >= params.max_bytes_per_file):
                         break

@@ -38,6 +38,9 @@ from alance.errors import (
     StoreError,
 )
 
+#: Bytes returned by reads: ``bytes`` or a zero-copy view of a buffer the backend owns.
+Buffer = bytes | memoryview
+
 #: Raw object metadata: ``{"path": key, "size": int, "last_modified": datetime|None, ...}``.
 Meta = dict[str, Any]
 
@@ -83,7 +86,7 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
 class Upload(Protocol):
     """A streaming write of one object: visible only after :meth:`complete`."""
 
-    async def write(self, data: bytes) -> None: ...
+    async def write(self, data: Buffer) -> None: ...
     async def complete(self) -> None: ...
     async def abort(self) -> None: ...
 
@@ -93,7 +96,7 @@ class Backend(Protocol):
 
     async def get(self, key: str) -> bytes: ...
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
-                         coalesce: int) -> list[bytes]: ...
+                         coalesce: int) -> list[Buffer]: ...
     async def head(self, key: str) -> Meta: ...
     async def list(self, prefix: str) -> list[Meta]: ...
     async def put(self, key: str, data: bytes, *, create: bool) -> None: ...
@@ -108,7 +111,7 @@ class _ObstoreUpload:
         self._file: Any = obstore.open_writer_async(store, key)
         self._key = key
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Buffer) -> None:
         try:
             await self._file.write(data)
         except (_ObsBaseError, OSError) as exc:
@@ -140,7 +143,7 @@ class ObstoreBackend:
             raise map_error(exc, key) from exc
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
-                         coalesce: int) -> list[bytes]:
+                         coalesce: int) -> list[Buffer]:
         _mark_obstore_used()
         try:
             parts = await obstore.get_ranges_async(
@@ -152,7 +155,7 @@ class ObstoreBackend:
                 raise CorruptFileError(f"{key}: requested bytes past the end of the object "
                                        f"({exc.__class__.__name__})") from exc
             raise map_error(exc, key) from exc
-        return [bytes(p) for p in parts]
+        return [memoryview(p) for p in parts]  # zero-copy views of obstore's buffers
 
     async def head(self, key: str) -> Meta:
         _mark_obstore_used()
@@ -257,7 +260,7 @@ class _PosixUpload:
         self._tmp = _temp_name(path)
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in complete/abort
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Buffer) -> None:
         await asyncio.to_thread(self._file.write, data)
 
     async def complete(self) -> None:
@@ -294,7 +297,7 @@ class PosixBackend:
         return await self._call(key, read)  # type: ignore[no-any-return]
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
-                         coalesce: int) -> list[bytes]:
+                         coalesce: int) -> list[Buffer]:
         return await self._call(key, _read_ranges, self._path(key), ranges)  # type: ignore[no-any-return]
 
     async def head(self, key: str) -> Meta:
@@ -328,8 +331,8 @@ class _DictUpload:
         self._backend, self._key = backend, key
         self._parts: list[bytes] = []
 
-    async def write(self, data: bytes) -> None:
-        self._parts.append(data)
+    async def write(self, data: Buffer) -> None:
+        self._parts.append(bytes(data))
 
     async def complete(self) -> None:
         await self._backend.put(self._key, b"".join(self._parts), create=False)
@@ -357,7 +360,7 @@ class DictBackend:
         return self._entry(key)[0]
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
-                         coalesce: int) -> list[bytes]:
+                         coalesce: int) -> list[Buffer]:
         data = self._entry(key)[0]
         return [data[s:e] for s, e in ranges]
 

@@ -22,7 +22,7 @@ from alance.errors import (
     PathOutsideDatasetError,
     UnsupportedFeatureError,
 )
-from alance.io.backends import Backend, ObstoreBackend, Upload, obstore_usable
+from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
 
 #: How many requests one store keeps in flight at most (per process and store).
 DEFAULT_MAX_CONCURRENCY = 16
@@ -123,14 +123,14 @@ class DatasetStore:
 
     async def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object."""
-        return (await self.get_ranges(path, [(start, end)]))[0]
+        return bytes((await self.get_ranges(path, [(start, end)]))[0])
 
-    async def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    async def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
         """Several ranges ``[start, end)`` of one object, coalesced where close together."""
         if not ranges:
             return []
         wanted = [(s, e) for s, e in ranges if e > s]
-        out: dict[tuple[int, int], bytes] = {(s, e): b"" for s, e in ranges if e <= s}
+        out: dict[tuple[int, int], Buffer] = {(s, e): b"" for s, e in ranges if e <= s}
         if wanted:
             key = self._key(path)
             async with self._sem:
@@ -208,7 +208,7 @@ class ObjectWriter:
         self._key = store._key(path)
         self._upload: Upload | None = None
         self._part_size = part_size
-        self._pending: list[bytes] = []
+        self._pending: list[Buffer] = []
         self._pending_bytes = 0
         self.bytes_written = 0
 
@@ -216,7 +216,7 @@ class ObjectWriter:
         self._upload = self._store.backend.upload(self._key)
         return self
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Buffer) -> None:
         """Append bytes to the object being written.
 
         Small writes are gathered into parts of about ``part_size`` bytes before they are

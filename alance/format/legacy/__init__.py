@@ -1,6 +1,7 @@
 """The v0.1/v0.2 ("legacy") Lance data file format: pure encoders, decoders and read plans.
 
-* :class:`LegacyFileWriter` turns record batches into file bytes (one row group per batch).
+* :class:`LegacyFileWriter` turns record batches into file bytes (one row group per
+  ``write_batch``, or many per ``write_batches``).
 * :func:`open_file` plans reading a file's footer, metadata and page table;
   :class:`LegacyFileReader` plans reading row groups, selected rows, dictionaries and page
   statistics. Plans are generators that yield byte ranges (see :mod:`.plan`); no IO here.

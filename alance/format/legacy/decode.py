@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -52,14 +53,21 @@ class Spans:
     @classmethod
     def from_indices(cls, groups: np.ndarray, indices: np.ndarray) -> Spans:
         """Spans of consecutive indices of a (group, index)-sorted list of distinct values."""
-        if len(indices) == 0:
+        n = len(indices)
+        if n == 0:
             return cls(_EMPTY, _EMPTY, _EMPTY)
         g = np.asarray(groups, dtype=np.int64)
         idx = np.asarray(indices, dtype=np.int64)
-        breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(g) != 0)) + 1
-        first = np.concatenate(([0], breaks))
-        last = np.concatenate((breaks - 1, [len(idx) - 1]))
-        return cls(g[first], idx[first], idx[last] + 1)
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(idx[1:], idx[:-1] + 1, out=new[1:])
+        new[1:] |= g[1:] != g[:-1]
+        first = np.flatnonzero(new)
+        lengths = np.empty(len(first), dtype=np.int64)
+        np.subtract(first[1:], first[:-1], out=lengths[:-1])
+        lengths[-1] = n - first[-1]
+        starts = idx[first]
+        return cls(g[first], starts, starts + lengths)
 
     @classmethod
     def from_intervals(cls, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Spans:
@@ -75,7 +83,7 @@ class Spans:
         last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(s) - 1]))
         return cls(g[new], s[new], e[last])
 
-    @property
+    @cached_property
     def count(self) -> int:
         """Number of values covered."""
         return int((self.ends - self.starts).sum())
@@ -85,24 +93,41 @@ class Spans:
         return np.repeat(self.groups, self.ends - self.starts)
 
     def check_within(self, lengths: np.ndarray, what: str) -> None:
-        """CorruptFileError unless every span lies inside its page (``lengths`` per span)."""
-        if len(self.ends) and (np.any(self.ends > lengths) or self.starts.min() < 0):
+        """CorruptFileError unless every span lies inside its page (``lengths`` per span).
+
+        (Starts are never negative: callers build spans from row numbers or from offsets
+        that were checked.)
+        """
+        if len(self.ends) and (self.ends > lengths).any():
             raise CorruptFileError(f"{what}: a page has fewer values than the file says")
 
 
 def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview]:
-    """The bytes of the given file ranges, concatenated in order (asked for in one step)."""
-    keep = ends > starts
-    if not keep.all():
-        starts, ends = starts[keep], ends[keep]
-    if len(starts) == 0:
+    """The bytes of the given file ranges, concatenated in order (asked for in one step).
+
+    Back-to-back ranges (contiguous pages of one column) are asked for as one.
+    """
+    if len(starts) <= 16:  # plain Python beats numpy's per-call overhead here
+        request: list[tuple[int, int]] = []
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            if e > s:
+                if request and request[-1][1] == s:
+                    request[-1] = (request[-1][0], e)
+                else:
+                    request.append((s, e))
+    else:
+        keep = ends > starts
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
+        new = np.ones(len(starts), dtype=bool)
+        new[1:] = starts[1:] != ends[:-1]
+        if not new.all():
+            last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(starts) - 1]))
+            starts, ends = starts[new], ends[last]
+        request = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    if not request:
         return b""
-    new = np.ones(len(starts), dtype=bool)
-    new[1:] = starts[1:] != ends[:-1]
-    if not new.all():  # merge back-to-back ranges (contiguous pages of one column)
-        last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(starts) - 1]))
-        starts, ends = starts[new], ends[last]
-    parts = yield list(zip(starts.tolist(), ends.tolist(), strict=True))
+    parts = yield request
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -209,10 +234,23 @@ def _read_var_binary(lf: LanceField, t: pa.DataType, pos: np.ndarray, spans: Spa
     return arr
 
 
+_LEAF_TYPES: dict[str, pa.DataType] = {}
+
+
+def field_type(lf: LanceField) -> pa.DataType:
+    """``lf.data_type``, remembered per logical type for fields without children."""
+    if lf.children:
+        return lf.data_type
+    t = _LEAF_TYPES.get(lf.logical_type)
+    if t is None:
+        t = _LEAF_TYPES.setdefault(lf.logical_type, lf.data_type)
+    return t
+
+
 def read_field(lf: LanceField, pages: PageLookup, spans: Spans,
                dictionaries: Mapping[int, pa.Array]) -> Plan[pa.Array]:
     """Plan reading the values ``spans`` of one field (and its children) as one array."""
-    t = lf.data_type
+    t = field_type(lf)
     if spans.count == 0 and not pa.types.is_dictionary(t):
         return pa.array([], type=t)
     if pa.types.is_struct(t):
@@ -274,4 +312,4 @@ def read_dictionary_values(value_type: pa.DataType, offset: int, length: int) ->
     raise UnsupportedFeatureError(f"dictionary values of type {value_type} are not supported")
 
 
-__all__ = ["PageLookup", "Spans", "read_dictionary_values", "read_field"]
+__all__ = ["PageLookup", "Spans", "field_type", "read_dictionary_values", "read_field"]

@@ -17,6 +17,11 @@ Encodings, per Arrow type:
   written (it would read back as empty).
 * **struct** — no page of its own; its children follow. A null struct cannot be written.
 * **null** — no bytes; the page records the position and the row count.
+
+:func:`encode_column` encodes a column for several consecutive row groups at once: each field's
+pages follow one another (the value bytes of a var-binary field come first, for all groups,
+then the offsets page of each group), so fixed-width pages of one column form one contiguous
+block and each page is a slice of it.
 """
 
 from __future__ import annotations
@@ -65,6 +70,11 @@ class ByteSink:
     def getvalue(self) -> bytes:
         """Everything written, joined."""
         return b"".join(self.parts)
+
+    def getparts(self) -> list[memoryview]:
+        """Everything written, as flat byte views (``len`` = bytes), without copying."""
+        return [memoryview(p).cast("B") if not isinstance(p, bytes) else memoryview(p)
+                for p in self.parts]
 
 
 @dataclass
@@ -212,9 +222,19 @@ def var_binary_bytes(arr: pa.Array, position: int) -> tuple[Buffer, bytes]:
     return data, (offsets + position).astype("<i8").tobytes()
 
 
+def _has_empty_value(arr: pa.Array) -> bool:
+    """Whether a var-binary array holds an empty (non-null) value."""
+    if not len(arr):
+        return False
+    if arr.null_count:
+        return bool(pc.any(pc.equal(pc.binary_length(arr), 0)).as_py())
+    offsets = _value_offsets(arr)
+    return bool((offsets[1:] == offsets[:-1]).any())
+
+
 def _check_var_binary(arr: pa.Array, lf: LanceField, path: str) -> None:
     if lf.nullable:
-        if len(arr) and pc.any(pc.equal(pc.binary_length(arr), 0)).as_py():
+        if _has_empty_value(arr):
             raise UnrepresentableValueError(
                 f"column {path!r}: v0.2 files cannot store an empty string/binary in a "
                 "nullable column (it would read back as null)")
@@ -298,7 +318,7 @@ def _spread(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     groups = len(bounds) - 1
     if groups == 1:
         return values
-    counts = np.diff(bounds) + 1
+    counts = bounds[1:] - bounds[:-1] + 1
     idx = np.arange(int(bounds[-1]) + groups, dtype=np.int64) - np.repeat(
         np.arange(groups, dtype=np.int64), counts)
     return values[idx]
@@ -307,7 +327,7 @@ def _spread(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 def _encode_plain(lf: LanceField, arr: pa.Array, bounds: np.ndarray, sink: ByteSink,
                   pages: dict[int, np.ndarray]) -> None:
     """Fixed-stride values: one page per row group, back to back."""
-    counts = np.diff(bounds)
+    counts = bounds[1:] - bounds[:-1]
     bits = fixed_bit_width(arr.type)
     starts = bounds[:-1] * bits
     if bits % 8 == 0 or not np.any(starts % 8):  # every page starts on a byte boundary
@@ -329,7 +349,7 @@ def _encode_var_binary(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
     sink.write(data)
     groups = len(bounds) - 1
     first = sink.position + 8 * (bounds[:-1] + np.arange(groups, dtype=np.int64))
-    pages[lf.id] = _page_entries(first, np.diff(bounds))
+    pages[lf.id] = _page_entries(first, bounds[1:] - bounds[:-1])
     sink.write(np.ascontiguousarray(_spread(positions, bounds), dtype="<i8"))
 
 
@@ -349,7 +369,7 @@ def encode_column(lf: LanceField, arr: pa.Array, bounds: np.ndarray, sink: ByteS
     arr = _storage(arr)
     t = arr.type
     n = len(arr)
-    counts = np.diff(bounds)
+    counts = bounds[1:] - bounds[:-1]
     if pa.types.is_null(t):
         if check and not lf.nullable and n:
             raise SchemaMismatchError(f"column {path!r} is not nullable but holds nulls")

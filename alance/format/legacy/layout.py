@@ -2,8 +2,7 @@
 
 A legacy data file is laid out as::
 
-    row group 0: the pages of every column, in schema order (depth first)
-    row group 1: ...
+    data pages            every page of every column of every row group
     page table            int64 pairs (position, length), field-major, batch-minor
     statistics pages      (optional) one page per statistics column, one row per row group
     statistics page table (optional) int64 pairs, one per statistics field
@@ -11,6 +10,10 @@ A legacy data file is laid out as::
     manifest block        (optional) u32 length + ``lance.table.Manifest`` holding the schema
     metadata block        u32 length + ``lance.file.Metadata``
     footer                u64 metadata position, u16 major, u16 minor, b"LANC"
+
+Pages may appear in any order since the page table addresses each one: upstream writes row group
+after row group (each with its columns in schema order, depth first); our writer does the same
+for one row group per call, and column after column (all groups of the call) for several.
 
 The page table has one row per field id from the smallest to the largest id of the file's schema
 (struct fields and ids not present in the file get ``(0, 0)``) and one column per row group.

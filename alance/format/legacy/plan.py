@@ -86,28 +86,58 @@ def merge_ranges(ranges: Sequence[Range], gap: int) -> tuple[list[Range], np.nda
     Returns the merged ranges and, for each input range, the index of the merged range that
     holds it and its offset inside that merged range. Empty ranges map to index -1.
     """
-    if not ranges:
-        return [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    merged, group, offset = _merge(ranges, gap)
+    return merged, np.asarray(group, dtype=np.int64), np.asarray(offset, dtype=np.int64)
+
+
+def _merge(ranges: Sequence[Range], gap: int) -> tuple[list[Range], list[int], list[int]]:
+    if len(ranges) <= 32:  # plain Python beats numpy's per-call overhead here
+        group, offset = [-1] * len(ranges), [0] * len(ranges)
+        merged: list[Range] = []
+        reach = 0
+        for s, e, i in sorted((s, e, i) for i, (s, e) in enumerate(ranges) if e > s):
+            if merged and s <= reach + gap:
+                first = merged[-1][0]
+                reach = max(reach, e)
+                merged[-1] = (first, reach)
+                offset[i] = s - first
+            else:
+                merged.append((s, e))
+                reach = e
+            group[i] = len(merged) - 1
+        return merged, group, offset
     arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
     starts, ends = arr[:, 0], arr[:, 1]
-    nonempty = ends > starts
-    group = np.full(len(arr), -1, dtype=np.int64)
-    offset = np.zeros(len(arr), dtype=np.int64)
-    idx = np.flatnonzero(nonempty)
+    group_arr = np.full(len(arr), -1, dtype=np.int64)
+    offset_arr = np.zeros(len(arr), dtype=np.int64)
+    idx = np.flatnonzero(ends > starts)
     if len(idx) == 0:
-        return [], group, offset
+        return [], group_arr.tolist(), offset_arr.tolist()
     order = idx[np.argsort(starts[idx], kind="stable")]
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new_group = np.ones(len(s), dtype=bool)
-    new_group[1:] = s[1:] > reach[:-1] + gap
+    sorted_starts, sorted_ends = starts[order], ends[order]
+    reach_arr = np.maximum.accumulate(sorted_ends)
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = sorted_starts[1:] > reach_arr[:-1] + gap
     gid = np.cumsum(new_group) - 1
-    g_start = s[new_group]
-    g_end = np.maximum.reduceat(e, np.flatnonzero(new_group))
-    group[order] = gid
-    offset[order] = s - g_start[gid]
-    merged = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
-    return merged, group, offset
+    g_start = sorted_starts[new_group]
+    g_end = np.maximum.reduceat(sorted_ends, np.flatnonzero(new_group))
+    group_arr[order] = gid
+    offset_arr[order] = sorted_starts - g_start[gid]
+    merged_list = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
+    return merged_list, group_arr.tolist(), offset_arr.tolist()
+
+
+def _check_ranges(request: Sequence[Range], file_size: int) -> None:
+    bad = None
+    if len(request) <= 32:
+        bad = next(((s, e) for s, e in request if s < 0 or e < s or e > file_size), None)
+    elif request:
+        arr = np.asarray(request, dtype=np.int64).reshape(-1, 2)
+        if arr.min() < 0 or np.any(arr[:, 1] < arr[:, 0]) or arr[:, 1].max() > file_size:
+            bad = next((s, e) for s, e in request if s < 0 or e < s or e > file_size)
+    if bad is not None:
+        raise CorruptFileError(
+            f"byte range {bad[0]}..{bad[1]} lies outside the file ({file_size} bytes)")
 
 
 def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
@@ -121,13 +151,8 @@ def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     while True:
-        if request:
-            arr = np.asarray(request, dtype=np.int64).reshape(-1, 2)
-            if arr.min() < 0 or np.any(arr[:, 1] < arr[:, 0]) or arr[:, 1].max() > file_size:
-                bad = next((s, e) for s, e in request if s < 0 or e < s or e > file_size)
-                raise CorruptFileError(f"byte range {bad[0]}..{bad[1]} lies outside the file "
-                                       f"({file_size} bytes)")
-        merged, group, offset = merge_ranges(request, gap)
+        _check_ranges(request, file_size)
+        merged, group, offset = _merge(request, gap)
         response = yield merged
         if len(response) != len(merged):
             raise CorruptFileError("IO layer returned the wrong number of ranges")
@@ -136,7 +161,7 @@ def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
                 raise CorruptFileError(f"short read at {s}..{e}: file truncated?")
         views = [memoryview(data) for data in response]
         parts: list[bytes | memoryview] = []
-        for (s, e), g, off in zip(request, group.tolist(), offset.tolist(), strict=True):
+        for (s, e), g, off in zip(request, group, offset, strict=True):
             if g < 0:
                 parts.append(b"")
             else:

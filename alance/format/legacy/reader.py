@@ -257,7 +257,7 @@ class LegacyFileReader:
         return self._wrap(self._plan(schema, spans))
 
     def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
-        ordered = len(rows) < 2 or bool(np.all(np.diff(rows) > 0))
+        ordered = len(rows) < 2 or bool((rows[1:] > rows[:-1]).all())
         uniq, inverse = (rows, None) if ordered else np.unique(rows, return_inverse=True)
         off = self.file.batch_offsets
         groups = np.searchsorted(off, uniq, side="right") - 1

@@ -20,7 +20,7 @@ max is incremented to stay an upper bound (null if it cannot be).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,9 +209,7 @@ class GroupStats:
 def _stats_one_by_one(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats:
     rows = [compute_stats(lf, arr.slice(lo, hi - lo))
             for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
-    return GroupStats(np.array([r.null_count for r in rows], dtype=np.int64),
-                      _build_column(lf, [r.min_value for r in rows]),
-                      _build_column(lf, [r.max_value for r in rows]))
+    return _rows_to_groups(lf, rows)
 
 
 def _fixed_values(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
@@ -224,24 +222,20 @@ def _from_numpy(lf: LanceField, values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(_stat_type(lf), len(values), [None, pa.py_buffer(data)])
 
 
-def _first_smallest_rows(words: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-                         ) -> np.ndarray:
-    """Per group, the first row whose words are lexicographically smallest."""
+def _first_smallest_slots(words: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per group (row of ``valid``), the first valid slot with the smallest words.
+
+    ``words`` has shape (words per value, groups, slots); values compare word by word.
+    """
     top = np.uint64(np.iinfo(np.uint64).max)
-    candidate: np.ndarray | None = None
-    for k in range(words.shape[1]):
-        w = words[:, k] if candidate is None else np.where(candidate, words[:, k], top)
-        eq = w == np.repeat(np.minimum.reduceat(w, starts), counts)
-        candidate = eq if candidate is None else eq & candidate
-        if np.count_nonzero(candidate) == len(starts):  # one candidate per group left
+    candidate = valid
+    groups = valid.shape[0]
+    for k in range(words.shape[0]):
+        w = np.where(candidate, words[k], top)
+        candidate = candidate & (w == w.min(axis=1, keepdims=True))
+        if np.count_nonzero(candidate) == groups:  # one candidate per group left
             break
-    if candidate is None:
-        return starts
-    rows = np.flatnonzero(candidate)
-    groups = np.repeat(np.arange(len(starts)), counts)[rows]
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = groups[1:] != groups[:-1]
-    return rows[first]
+    return np.argmax(candidate, axis=1)  # type: ignore[no-any-return]
 
 
 def _binary_group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
@@ -249,7 +243,8 @@ def _binary_group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
     """Strings/binaries without nulls, all of one length: min/max with numpy (else None).
 
     Values become big-endian 64-bit words (the first 65 bytes decide both bounds, see
-    :func:`compute_stats`), compared word by word within each group.
+    :func:`compute_stats`), laid out as a (groups x longest group) grid and compared word by
+    word within each group.
     """
     large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     n = len(arr)
@@ -258,24 +253,42 @@ def _binary_group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray,
     width = int(offsets[1] - offsets[0])
     if np.any(np.diff(offsets) != width):
         return None
+    starts, counts = bounds[:-1], bounds[1:] - bounds[:-1]
+    groups, slots = len(counts), int(counts.max())
     used = min(width, PREFIX_LENGTH + 1)
     nwords = (used + 7) // 8
-    padded = np.zeros((n, nwords * 8), dtype=np.uint8)
+    grid = np.zeros((groups * slots, nwords * 8), dtype=np.uint8)
+    uniform = bool(np.all(counts[:-1] == slots))  # only the last group may be shorter
+    slot_of = (np.arange(n, dtype=np.int64) if uniform else
+               _gather_slots(starts, counts, slots))
     if used:
         data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
-        padded[:, :used] = data[int(offsets[0]): int(offsets[-1])].reshape(n, width)[:, :used]
-    words = padded.view(">u8").astype(np.uint64)
-    starts, counts = bounds[:-1], np.diff(bounds)
-    lo = arr.take(pa.array(_first_smallest_rows(words, starts, counts)))
-    hi = arr.take(pa.array(_first_smallest_rows(~words, starts, counts)))
+        values = data[int(offsets[0]): int(offsets[-1])].reshape(n, width)[:, :used]
+        if uniform:
+            grid[:n, :used] = values
+        else:
+            grid[slot_of, :used] = values
+    flat = grid.view(np.uint64)
+    flat.byteswap(inplace=True)  # big-endian words compare like the bytes
+    words = np.ascontiguousarray(flat.T).reshape(nwords, groups, slots)
+    valid = np.arange(slots) < counts[:, None]
+    lo_rows = starts + _first_smallest_slots(words, valid)
+    hi_rows = starts + _first_smallest_slots(~words, valid)
+    lo, hi = arr.take(pa.array(lo_rows)), arr.take(pa.array(hi_rows))
     if width > PREFIX_LENGTH:  # every group has a cut value: apply the rules per group
         rows = [compute_stats(lf, pa.concat_arrays([lo.slice(g, 1), hi.slice(g, 1)]))
-                for g in range(len(counts))]
-        return GroupStats(np.zeros(len(counts), np.int64),
+                for g in range(groups)]
+        return GroupStats(np.zeros(groups, np.int64),
                           _build_column(lf, [r.min_value for r in rows]),
                           _build_column(lf, [r.max_value for r in rows]))
     t = _stat_type(lf)
-    return GroupStats(np.zeros(len(counts), np.int64), lo.view(t), hi.view(t))
+    return GroupStats(np.zeros(groups, np.int64), lo.view(t), hi.view(t))
+
+
+def _gather_slots(starts: np.ndarray, counts: np.ndarray, slots: int) -> np.ndarray:
+    """Grid slot (group * slots + index in group) of every value."""
+    group = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    return np.arange(int(counts.sum()), dtype=np.int64) - starts[group] + group * slots
 
 
 def group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats:
@@ -285,7 +298,7 @@ def group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats
     the common cases (no nulls, non-empty groups).
     """
     lt = lf.logical_type
-    starts, counts = bounds[:-1], np.diff(bounds)
+    starts, counts = bounds[:-1], bounds[1:] - bounds[:-1]
     if arr.null_count or not np.all(counts):
         return _stats_one_by_one(lf, arr, bounds)
     zeros = np.zeros(len(counts), dtype=np.int64)
@@ -311,12 +324,35 @@ def group_stats(lf: LanceField, arr: pa.Array, bounds: np.ndarray) -> GroupStats
     return _stats_one_by_one(lf, arr, bounds)
 
 
+def _rows_to_groups(lf: LanceField, rows: list[StatsRow]) -> GroupStats:
+    return GroupStats(np.array([r.null_count for r in rows], dtype=np.int64),
+                      _build_column(lf, [r.min_value for r in rows]),
+                      _build_column(lf, [r.max_value for r in rows]))
+
+
+def _as_group_stats(lf: LanceField, chunks: list[GroupStats | StatsRow]) -> list[GroupStats]:
+    """Consecutive single-group rows gathered into :class:`GroupStats` (order kept)."""
+    out: list[GroupStats] = []
+    rows: list[StatsRow] = []
+    for c in chunks:
+        if isinstance(c, StatsRow):
+            rows.append(c)
+            continue
+        if rows:
+            out.append(_rows_to_groups(lf, rows))
+            rows = []
+        out.append(c)
+    if rows:
+        out.append(_rows_to_groups(lf, rows))
+    return out
+
+
 @dataclass
 class StatisticsCollector:
     """Accumulates statistics rows per row group and writes the statistics section."""
 
     fields: list[LanceField]
-    chunks: dict[int, list[GroupStats]] = field(default_factory=dict)
+    chunks: dict[int, list[GroupStats | StatsRow]] = field(default_factory=dict)
 
     @classmethod
     def for_schema(cls, schema: LanceSchema) -> StatisticsCollector | None:
@@ -328,8 +364,11 @@ class StatisticsCollector:
         """Field ids that get statistics."""
         return set(self.chunks)
 
-    def add(self, groups: dict[int, GroupStats]) -> None:
-        """Commit the statistics of some row groups (every collected field must be present)."""
+    def add(self, groups: Mapping[int, GroupStats | StatsRow]) -> None:
+        """Commit the statistics of some row groups (every collected field must be present).
+
+        A :class:`StatsRow` stands for one row group, a :class:`GroupStats` for several.
+        """
         for fid, chunks in self.chunks.items():
             chunks.append(groups[fid])
 
@@ -361,7 +400,7 @@ class StatisticsCollector:
         schema = self.stats_schema()
         pages: dict[int, np.ndarray] = {}
         for data_field, stats_field in zip(self.fields, schema.fields, strict=True):
-            chunks = self.chunks[data_field.id]
+            chunks = _as_group_stats(data_field, self.chunks[data_field.id])
             columns = [
                 pa.array(np.concatenate([c.null_counts for c in chunks]), pa.int64()),
                 pa.concat_arrays([c.min_values for c in chunks]),
