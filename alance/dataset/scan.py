@@ -1,8 +1,8 @@
 """Scans: projection, filter, limit/offset and system columns over a dataset version.
 
-A scan is cut into *chunks* (runs of whole row groups of one fragment, about ``batch_size``
-rows). Up to ``read_ahead`` chunks are read concurrently while results stream out in dataset
-order; a scan that stops early (limit reached, consumer gone) cancels what is still in flight.
+A scan is cut into *chunks* (runs of whole row groups of one fragment, about ``chunk_rows``
+rows, at least ``batch_size``). Up to ``read_ahead`` chunks are read concurrently while results
+stream out in dataset order; a scan that stops early (limit reached, consumer gone) cancels what is still in flight.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"
 SYSTEM_COLUMNS = (ROW_ID, ROW_ADDRESS)
 DEFAULT_BATCH_SIZE = 8192
-DEFAULT_READ_AHEAD = 8
+DEFAULT_READ_AHEAD = 4
+DEFAULT_CHUNK_ROWS = 64 * 1024
 _POSITION = "__alance_position"
 
 
@@ -63,7 +64,8 @@ class Scanner:
                  offset: int | None = None, batch_size: int | None = None,
                  with_row_id: bool = False, with_row_address: bool = False,
                  fragments: Sequence[Any] | None = None,
-                 read_ahead: int = DEFAULT_READ_AHEAD) -> None:
+                 read_ahead: int = DEFAULT_READ_AHEAD,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
@@ -85,6 +87,8 @@ class Scanner:
         self.limit = limit
         self.offset = offset or 0
         self.batch_size = batch_size or DEFAULT_BATCH_SIZE
+        # Rows read per chunk: enough to amortise per-request costs, never fewer than a batch.
+        self.chunk_rows = max(self.batch_size, chunk_rows)
         self.read_ahead = max(1, read_ahead)
         arrow_schema = schema.to_arrow()
         self._filter_arg = filter
@@ -132,7 +136,7 @@ class Scanner:
             start = 0
             for i in range(1, len(bounds)):
                 end = int(bounds[i])
-                if end - start >= self.batch_size or i == len(bounds) - 1:
+                if end - start >= self.chunk_rows or i == len(bounds) - 1:
                     if end > start:
                         yield _Chunk(reader, start, end)
                     start = end
