@@ -26,13 +26,12 @@ from alance.errors import (
     NotFoundError,
 )
 from alance.format.manifest import (
+    VERSIONS_DIR,
     ManifestNamingScheme,
     manifest_file_name,
     parse_manifest_file_name,
 )
 from alance.io.store import DatasetStore, ObjectMeta
-
-VERSIONS_DIR = "_versions"
 
 
 @dataclass(frozen=True)

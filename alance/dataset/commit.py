@@ -7,7 +7,7 @@ import logging
 import random
 
 from alance._proto import transaction_pb2
-from alance.commit.handler import VERSIONS_DIR, CommitHandler
+from alance.commit.handler import CommitHandler
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.transaction import build_manifest, check_compatible
 from alance.errors import (
@@ -20,6 +20,7 @@ from alance.errors import (
 from alance.format.manifest import (
     LATEST_VERSION_HINT_NAME,
     TRANSACTIONS_DIR,
+    VERSIONS_DIR,
     ManifestNamingScheme,
     decode_transaction_file,
     encode_latest_version_hint,

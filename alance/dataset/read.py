@@ -20,10 +20,10 @@ from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.deletion import DeletionFileKind, decode_deletion_file, deletion_file_path
 from alance.format.legacy.decode import read_dictionary_values
 from alance.format.legacy.plan import fetch_from, run_plan
+from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceField, LanceSchema
 from alance.io.store import DatasetStore
 
-DATA_DIR = "data"
 TOMBSTONE_FIELD_ID = -2
 
 

@@ -2,7 +2,8 @@
 
 A scan is cut into *chunks* (runs of whole row groups of one fragment, about ``chunk_rows``
 rows, at least ``batch_size``). Up to ``read_ahead`` chunks are read concurrently while results
-stream out in dataset order; a scan that stops early (limit reached, consumer gone) cancels what is still in flight.
+stream out in dataset order; a scan that stops early (limit reached, consumer gone) cancels
+what is still in flight.
 """
 
 from __future__ import annotations
@@ -124,13 +125,25 @@ class Scanner:
         return pa.schema(fields)
 
     # -- planning ----------------------------------------------------------------------------
-    async def _chunks(self) -> AsyncGenerator[_Chunk, None]:
-        skip = self.offset if self.filter is None else 0
-        for frag in self.fragments:
+    def _plan_fragments(self) -> tuple[list[table_pb2.DataFragment], int]:
+        """The fragments to read and how many result rows the skipped ones held.
+
+        Without a filter, fragments that lie wholly before ``offset`` are never read: the
+        manifest's row counts say how many rows they would have produced.
+        """
+        if self.filter is not None:
+            return self.fragments, 0
+        skipped = 0
+        for i, frag in enumerate(self.fragments):
             live = live_rows(frag)
-            if skip and live <= skip:
-                skip -= live  # the whole fragment lies before the offset: never read it
-                continue
+            if skipped + live > self.offset:
+                return self.fragments[i:], skipped
+            skipped += live
+        return [], skipped
+
+    async def _chunks(self, fragments: list[table_pb2.DataFragment],
+                      ) -> AsyncGenerator[_Chunk, None]:
+        for frag in fragments:
             reader = self.ctx.fragment(frag)
             bounds = await reader.row_group_bounds()
             start = 0
@@ -205,9 +218,10 @@ class Scanner:
         batch = self._with_system_columns(batch, fragment_id, offsets)
         return batch.select(self.output_schema.names)
 
-    async def _filtered_batches(self) -> AsyncGenerator[pa.RecordBatch, None]:
+    async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
+                                ) -> AsyncGenerator[pa.RecordBatch, None]:
         pending: list[asyncio.Task[pa.RecordBatch]] = []
-        chunks = self._chunks()
+        chunks = self._chunks(fragments)
         exhausted = False
         try:
             while True:
@@ -230,13 +244,12 @@ class Scanner:
     # -- results -----------------------------------------------------------------------------
     async def to_batches(self) -> AsyncIterator[pa.RecordBatch]:
         """Stream the result as record batches of at most ``batch_size`` rows."""
-        skip = self.offset
-        if self.filter is None:
-            skip -= sum(live_rows(f) for f in self._skipped_fragments())
+        fragments, skipped = self._plan_fragments()
+        skip = self.offset - skipped
         remaining = self.limit
         if remaining == 0:
             return
-        stream = self._filtered_batches()
+        stream = self._filtered_batches(fragments)
         try:
             async for batch in stream:
                 if skip:
@@ -258,16 +271,6 @@ class Scanner:
                     return
         finally:
             await stream.aclose()
-
-    def _skipped_fragments(self) -> list[table_pb2.DataFragment]:
-        skipped, skip = [], self.offset
-        for frag in self.fragments:
-            live = live_rows(frag)
-            if not skip or live > skip:
-                break
-            skip -= live
-            skipped.append(frag)
-        return skipped
 
     async def to_table(self) -> pa.Table:
         """The whole result as one table."""

@@ -18,10 +18,10 @@ from alance._proto import table_pb2
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
+from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 
-DATA_DIR = "data"
 #: Data storage versions this writer produces, by the names users may give.
 LEGACY_NAMES = {None: "0.1", "legacy": "0.1", "0.1": "0.1", "0.2": "0.1"}
 
@@ -72,10 +72,10 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
 
     ``batches`` are encoded a batch at a time, as row groups of ``max_rows_per_group`` rows
-    (feed batches of many groups: per-call overhead is per batch). ``dictionaries`` (field id -> values) seeds dictionary columns and is updated in
-    place: values first seen in this write are appended, so keys written earlier stay valid
-    and one dictionary serves every file. On any error, the files this call wrote are
-    deleted before the error propagates.
+    (feed batches of many groups: per-call overhead is per batch). ``dictionaries`` (field
+    id -> values) seeds dictionary columns and is updated in place: values first seen in this
+    write are appended, so keys written earlier stay valid and one dictionary serves every
+    file. On any error, the files this call wrote are deleted before the error propagates.
     """
     dictionaries = dictionaries if dictionaries is not None else {}
     fragments: list[table_pb2.DataFragment] = []

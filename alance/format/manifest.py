@@ -44,6 +44,8 @@ _LEN = struct.Struct("<I")
 U64_MAX = (1 << 64) - 1
 MANIFEST_SUFFIX = ".manifest"
 VERSIONS_DIR = "_versions"
+#: Data files live under this directory of the dataset root (``DataFile.path`` is relative to it).
+DATA_DIR = "data"
 TRANSACTIONS_DIR = "_transactions"
 LATEST_VERSION_HINT_NAME = "latest_version_hint.json"
 #: Versions with this bit set are "detached" (not part of the main history).
@@ -368,6 +370,7 @@ __all__ = [
     "ManifestNamingScheme",
     "TRANSACTIONS_DIR",
     "U64_MAX",
+    "DATA_DIR",
     "VERSIONS_DIR",
     "decode_latest_version_hint",
     "decode_manifest_file",

@@ -1,0 +1,347 @@
+"""The filter compiler: walks a sqlglot tree and builds a typed pyarrow expression.
+
+Column references are resolved against the schema (recording which top-level columns the
+filter reads), literals are coerced with the rules in :mod:`alance.filter._values`, and
+each supported SQL construct is handled by a method (``on_<node class>`` for the less
+common ones, looked up by name).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+from sqlglot import exp
+
+from alance.errors import InvalidInputError
+from alance.filter._sql import (
+    ARITHMETIC,
+    COMPARISONS,
+    PATTERN_FUNCS,
+    UNARY_FUNCS,
+    is_column_ref,
+    is_sql_literal,
+    unparen,
+)
+from alance.filter._values import (
+    NOTHING,
+    Node,
+    coerce_value,
+    common_numeric,
+    make_literal,
+    needs_cast_to,
+    number_literal,
+    plain,
+    sql_type,
+    string_to_timestamp,
+)
+
+
+class Compiler:
+    """Compiles one filter against one schema; remembers the columns it referenced."""
+
+    def __init__(self, schema: pa.Schema, extra_columns: Iterable[str]) -> None:
+        fields = list(schema)
+        names = {f.name for f in fields}
+        fields += [pa.field(name, pa.uint64()) for name in extra_columns if name not in names]
+        self.schema = pa.schema(fields)
+        self.columns: dict[str, None] = {}
+        self._empty: pa.Table | None = None
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def infer(self, expr: pc.Expression) -> pa.DataType:
+        """Bind ``expr`` against the schema (on zero rows) and return its result type."""
+        if self._empty is None:
+            self._empty = self.schema.empty_table()
+        try:
+            result = pads.dataset(self._empty).to_table(columns={"v": expr})
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"unsupported operand types: {exc}") from exc
+        return result.schema.field(0).type
+
+    def column(self, node: exp.Expression) -> Node:
+        node = unparen(node)
+        path: list[str] = []
+        while not isinstance(node, exp.Column):
+            if isinstance(node, exp.Dot):
+                path.append(node.expression.name)
+            else:  # Bracket with a string key
+                path.append(node.expressions[0].this)
+            node = unparen(node.this)
+        parts = node.parts
+        quoted_single = len(parts) == 1 and bool(parts[0].args.get("quoted"))
+        path = [p.name for p in parts] + path[::-1]
+        top = self._top_level(path[0], exact=quoted_single)
+        field = self.schema.field(top)
+        for name in path[1:]:
+            if not pa.types.is_struct(field.type):
+                raise InvalidInputError(f"{field.name!r} is not a struct; cannot access {name!r}")
+            index = field.type.get_field_index(name)
+            if index < 0:
+                raise InvalidInputError(f"struct {field.name!r} has no field {name!r}")
+            field = field.type.field(index)
+        self.columns.setdefault(top, None)
+        return Node(pc.field(top, *path[1:]), field.type)
+
+    def _top_level(self, name: str, exact: bool) -> str:
+        names = self.schema.names
+        if name in names:
+            return name
+        if not exact:
+            for candidate in names:
+                if candidate.lower() == name.lower():
+                    return candidate
+        raise InvalidInputError(f"no column named {name!r}; columns are {names}")
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def compile(
+        self, node: exp.Expression, resolve: bool = False, coerce_to: pa.DataType | None = None
+    ) -> Node:
+        """Compile ``node``.
+
+        ``resolve`` marks positions where Lance checks column-vs-literal types (the top
+        of the filter and operands of AND/OR). ``coerce_to`` asks for literals in this
+        subtree (through arithmetic and comparisons) to be converted to that type.
+        """
+        if isinstance(node, exp.Paren):
+            return self.compile(node.this, resolve, coerce_to)
+        if is_sql_literal(node):
+            lit = self.literal(node)
+            if coerce_to is None:
+                return lit
+            scalar = coerce_value(lit.literal, lit.type, coerce_to)
+            if scalar is None:
+                raise InvalidInputError(
+                    f"literal {node.sql()} cannot be converted to the column type {coerce_to}"
+                )
+            return Node(pc.scalar(scalar), scalar.type, lit.literal)
+        if is_column_ref(node):
+            return self.column(node)
+        if isinstance(node, (exp.And, exp.Or)):
+            left = self.boolean(self.compile(node.this, resolve))
+            right = self.boolean(self.compile(node.expression, resolve))
+            fn = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
+            return Node(fn(left, right), pa.bool_())
+        if isinstance(node, exp.Not):
+            inner = unparen(node.this)
+            keep = resolve and isinstance(inner, (exp.In, exp.Between, exp.Like, exp.ILike))
+            return Node(pc.invert(self.boolean(self.compile(inner, keep))), pa.bool_())
+        if type(node) in COMPARISONS or type(node) in ARITHMETIC:
+            return self.binary(node, resolve, coerce_to)
+        if type(node) in UNARY_FUNCS or type(node) in PATTERN_FUNCS:
+            return self.function(node)
+        handler = getattr(self, f"on_{type(node).__name__.lower()}", None)
+        if handler is None:
+            raise InvalidInputError(f"unsupported SQL in filter: {node.sql()!r}")
+        result: Node = handler(node, resolve)
+        return result
+
+    def literal(self, node: exp.Expression) -> Node:
+        node = unparen(node)
+        if isinstance(node, exp.Null):
+            return Node(pc.scalar(None), pa.null(), None)
+        if isinstance(node, exp.Boolean):
+            return make_literal(bool(node.this), pa.bool_())
+        if isinstance(node, exp.Neg):
+            return number_literal(node.this.this, negative=True)
+        if node.is_string:
+            return make_literal(node.this, pa.string())
+        return number_literal(node.this, negative=False)
+
+    def boolean(self, node: Node) -> pc.Expression:
+        if pa.types.is_null(node.type):
+            return node.expr.cast(pa.bool_())
+        return node.expr
+
+    def binary(self, node: exp.Expression, resolve: bool, coerce_to: pa.DataType | None) -> Node:
+        left_ast, right_ast = node.this, node.expression
+        left_hint = right_hint = coerce_to
+        if resolve and coerce_to is None:
+            if is_column_ref(left_ast):
+                col_type = self.column(left_ast).type
+                bare = unparen(right_ast)
+                if is_sql_literal(bare) or type(bare) in COMPARISONS or type(bare) in ARITHMETIC:
+                    right_hint = col_type
+            elif is_column_ref(right_ast) and is_sql_literal(left_ast):
+                left_hint = self.column(right_ast).type
+        left = self.compile(left_ast, coerce_to=left_hint)
+        right = self.compile(right_ast, coerce_to=right_hint)
+        if type(node) in COMPARISONS:
+            return Node(self.apply(COMPARISONS[type(node)], left, right), pa.bool_())
+        common = common_numeric(left.type, right.type)
+        if common is not None:  # widen explicitly: Arrow would narrow literals instead
+            left = Node(left.expr.cast(common), common)
+            right = Node(right.expr.cast(common), common)
+        expr = self.apply(ARITHMETIC[type(node)], left, right)
+        return Node(expr, self.infer(expr))
+
+    # -- other node kinds (looked up by class name) -----------------------------------------
+
+    def on_nullsafeneq(self, node: exp.Expression, resolve: bool) -> Node:
+        """``a IS DISTINCT FROM b``: like ``<>`` but NULL counts as an ordinary value."""
+        left, right = self.compile(node.this), self.compile(node.expression)
+        differs = self.apply(pc.not_equal, left, right)
+        null_differs = pc.not_equal(pc.is_null(left.expr), pc.is_null(right.expr))
+        return Node(pc.coalesce(differs, null_differs), pa.bool_())
+
+    def on_nullsafeeq(self, node: exp.Expression, resolve: bool) -> Node:
+        """``a IS NOT DISTINCT FROM b``."""
+        return Node(pc.invert(self.on_nullsafeneq(node, resolve).expr), pa.bool_())
+
+    def on_neg(self, node: exp.Neg, resolve: bool) -> Node:
+        inner = self.compile(node.this)
+        return Node(pc.negate(inner.expr), inner.type)
+
+    def on_is(self, node: exp.Is, resolve: bool) -> Node:
+        inner = self.compile(node.this)
+        target = node.expression
+        if isinstance(target, exp.Null):
+            return Node(pc.is_null(inner.expr), pa.bool_())
+        if isinstance(target, exp.Boolean):
+            if not (pa.types.is_boolean(inner.type) or pa.types.is_null(inner.type)):
+                raise InvalidInputError(f"IS TRUE/FALSE needs a boolean, got {inner.type}")
+            value = self.boolean(inner)
+            if not target.this:
+                value = pc.invert(value)
+            return Node(pc.coalesce(value, pc.scalar(False)), pa.bool_())
+        raise InvalidInputError(f"unsupported IS expression: {node.sql()!r}")
+
+    def on_between(self, node: exp.Between, resolve: bool) -> Node:
+        hint = self.column(node.this).type if resolve and is_column_ref(node.this) else None
+        value = self.compile(node.this)
+        low = self.compile(node.args["low"], coerce_to=hint)
+        high = self.compile(node.args["high"], coerce_to=hint)
+        lower = self.apply(pc.greater_equal, value, low)
+        upper = self.apply(pc.less_equal, value, high)
+        return Node(pc.and_kleene(lower, upper), pa.bool_())
+
+    @staticmethod
+    def apply(fn: Callable[..., pc.Expression], a: Node, b: Node) -> pc.Expression:
+        """Call a binary kernel after aligning operand types Arrow would not align itself.
+
+        An untyped NULL takes the other operand's type, and a date or zone-less timestamp
+        meeting a timestamp with a time zone is read as UTC (as Lance does).
+        """
+        a_expr, b_expr = a.expr, b.expr
+        if needs_cast_to(a.type, b.type):
+            a_expr = a_expr.cast(b.type)
+        elif needs_cast_to(b.type, a.type):
+            b_expr = b_expr.cast(a.type)
+        return fn(a_expr, b_expr)
+
+    def on_in(self, node: exp.In, resolve: bool) -> Node:
+        if node.args.get("query") is not None or node.args.get("unnest") is not None:
+            raise InvalidInputError("subqueries are not supported in filters")
+        target = unparen(node.this)
+        top_column = isinstance(target, exp.Column) and len(target.parts) == 1
+        value = self.compile(target)
+        hint = value.type if resolve and top_column else None
+        items = [self.compile(item, coerce_to=hint) for item in node.expressions]
+        if not items:
+            raise InvalidInputError("IN requires at least one value")
+        literals = [i for i in items if i.literal is not NOTHING]
+        set_type = value.type.value_type if pa.types.is_dictionary(value.type) else value.type
+        if len(literals) == len(items) and all(
+            i.type == set_type or i.literal is None for i in items
+        ):
+            present = [i.literal for i in items if i.literal is not None]
+            found = pc.is_in(value.expr, value_set=pa.array(present, set_type), skip_nulls=True)
+            found = pc.if_else(pc.is_null(value.expr), pa.scalar(None, pa.bool_()), found)
+            if len(present) < len(items):  # a NULL in the list turns "not found" into NULL
+                found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
+            return Node(found, pa.bool_())
+        result: pc.Expression | None = None
+        for item in items:
+            eq = self.apply(pc.equal, value, item)
+            result = eq if result is None else pc.or_kleene(result, eq)
+        assert result is not None
+        return Node(result, pa.bool_())
+
+    def on_like(self, node: exp.Like, resolve: bool) -> Node:
+        return self._like(node, ignore_case=False)
+
+    def on_ilike(self, node: exp.ILike, resolve: bool) -> Node:
+        return self._like(node, ignore_case=True)
+
+    def on_escape(self, node: exp.Escape, resolve: bool) -> Node:
+        esc = node.expression
+        if not (isinstance(esc, exp.Literal) and esc.is_string and esc.this == "\\"):
+            raise InvalidInputError("LIKE only supports the backslash as escape character")
+        if not isinstance(node.this, (exp.Like, exp.ILike)):
+            raise InvalidInputError(f"unsupported SQL in filter: {node.sql()!r}")
+        return self._like(node.this, ignore_case=isinstance(node.this, exp.ILike))
+
+    def _like(self, node: exp.Expression, ignore_case: bool) -> Node:
+        value = self.compile(node.this)
+        pattern = self._constant_string(node.expression, "LIKE pattern")
+        if pattern is None:
+            return Node(pc.scalar(pa.scalar(None, pa.bool_())), pa.bool_())
+        expr = pc.match_like(plain(value), pattern=pattern, ignore_case=ignore_case)
+        if node.args.get("negate"):  # sqlglot's form of NOT LIKE
+            expr = pc.invert(expr)
+        return Node(expr, pa.bool_())
+
+    def _constant_string(self, node: exp.Expression, what: str) -> str | None:
+        node = unparen(node)
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Literal) and node.is_string:
+            return str(node.this)
+        raise InvalidInputError(f"{what} must be a string literal, got {node.sql()!r}")
+
+    def on_cast(self, node: exp.Cast, resolve: bool) -> Node:
+        target = sql_type(node.args["to"])
+        source = unparen(node.this)
+        if isinstance(source, exp.Literal) and source.is_string:
+            # typed literals such as DATE '2024-01-01' are converted once, here
+            text = str(source.this)
+            try:
+                if pa.types.is_timestamp(target):
+                    scalar = string_to_timestamp(text, target)
+                elif pa.types.is_date(target):
+                    scalar = pa.scalar(dt.date.fromisoformat(text.strip()), target)
+                else:
+                    scalar = pa.scalar(text).cast(target)
+            except (pa.ArrowException, ValueError) as exc:
+                raise InvalidInputError(f"cannot convert {text!r} to {target}: {exc}") from exc
+            return Node(pc.scalar(scalar), target)
+        inner = self.compile(source)
+        opts = pc.CastOptions(target, allow_float_truncate=True)
+        expr = inner.expr.cast(options=opts)
+        self.infer(expr)  # reject impossible casts now rather than at scan time
+        return Node(expr, target)
+
+    def on_length(self, node: exp.Length, resolve: bool) -> Node:
+        inner = self.compile(node.this)
+        value_type = inner.type.value_type if pa.types.is_dictionary(inner.type) else inner.type
+        func = pc.binary_length if pa.types.is_binary(value_type) else pc.utf8_length
+        expr = func(plain(inner))
+        return Node(expr, self.infer(expr))
+
+    def on_dpipe(self, node: exp.DPipe, resolve: bool) -> Node:
+        left, right = self.compile(node.this), self.compile(node.expression)
+        expr = pc.binary_join_element_wise(plain(left), plain(right), "")
+        return Node(expr, self.infer(expr))
+
+    def on_anonymous(self, node: exp.Anonymous, resolve: bool) -> Node:
+        name = str(node.this).lower()
+        args = node.expressions
+        if name == "is_valid" and len(args) == 1:
+            return Node(pc.is_valid(self.compile(args[0]).expr), pa.bool_())
+        raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
+
+    def function(self, node: exp.Expression) -> Node:
+        if type(node) in UNARY_FUNCS:
+            inner = self.compile(node.this)
+            expr = UNARY_FUNCS[type(node)](plain(inner))
+            return Node(expr, self.infer(expr))
+        value = self.compile(node.this)
+        pattern = self._constant_string(node.expression, f"{node.key}() pattern")
+        if pattern is None:
+            return Node(pc.scalar(pa.scalar(None, pa.bool_())), pa.bool_())
+        return Node(PATTERN_FUNCS[type(node)](plain(value), pattern=pattern), pa.bool_())
