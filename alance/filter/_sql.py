@@ -1,7 +1,7 @@
 """The sqlglot side of filter compilation: Lance's SQL dialect, parsing, AST shape tests.
 
 Also holds the tables mapping sqlglot node classes to the pyarrow kernels that implement
-them. Nothing here knows about schemas or Arrow types.
+them. Nothing here looks at a schema.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ class LanceSql(Dialect):
         IDENTIFIERS: ClassVar = ["`"]
         QUOTES: ClassVar = ["'", '"']
         STRING_ESCAPES: ClassVar = ["'"]  # backslashes stay in the literal (LIKE uses them)
-
 
 
 COMPARISONS: dict[type[exp.Expression], Callable[..., pc.Expression]] = {
@@ -71,7 +70,6 @@ def parse_filter(sql: str) -> exp.Expression:
     node = parsed[0]
     assert isinstance(node, exp.Expression)
     return node
-
 
 
 def unparen(node: exp.Expression) -> exp.Expression:

@@ -17,7 +17,6 @@ from sqlglot import exp
 
 from alance.errors import InvalidInputError
 
-
 NOTHING = object()
 
 
@@ -28,7 +27,6 @@ class Node:
     expr: pc.Expression
     type: pa.DataType
     literal: object = NOTHING  # the Python value, for plain SQL literals only
-
 
 
 INT_RANGES = {
