@@ -14,6 +14,8 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
     ├── UnsupportedFeatureError
     ├── CommitConflictError
     └── StoreError
+        ├── TransientStoreError       (retried by alance before it reaches you)
+        └── PermissionDeniedError     (also PermissionError)
 
 Lower layers (obstore, protobuf, pyarrow) are mapped to these at the boundary where alance calls
 them, with the original exception chained as ``__cause__``.
@@ -77,6 +79,17 @@ class StoreError(AlanceError):
     """The object store failed in a way that is not one of the more specific errors."""
 
 
+class TransientStoreError(StoreError):
+    """A failure that may succeed when tried again (5xx, throttling, timeouts, resets).
+
+    alance retries these with jittered backoff; you see one only when retries ran out.
+    """
+
+
+class PermissionDeniedError(StoreError, PermissionError):
+    """The store refused the credentials or the access (never retried)."""
+
+
 __all__ = [
     "AlanceError",
     "AlreadyExistsError",
@@ -86,8 +99,10 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "PathOutsideDatasetError",
+    "PermissionDeniedError",
     "SchemaMismatchError",
     "StoreError",
+    "TransientStoreError",
     "UnrepresentableValueError",
     "UnsupportedFeatureError",
 ]

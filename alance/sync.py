@@ -77,7 +77,7 @@ class LanceDataset:
         return repr(self._async)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (open_dataset, (self.uri, self.version))
+        return (LanceDataset, (self._async,))
 
     @property
     def uri(self) -> str:

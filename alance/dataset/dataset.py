@@ -64,7 +64,9 @@ class LanceDataset:
         return f"LanceDataset({self.uri!r}, version={self.version})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_reopen, (self.uri, self.version))
+        # Pickles the loaded version itself (manifest included), so unpickling costs no IO;
+        # the store pickles as the URI and storage options that rebuild it.
+        return (LanceDataset, (self._store, self._handler, self._snapshot))
 
     # -- metadata ----------------------------------------------------------------------------
     @property
@@ -172,12 +174,6 @@ class LanceDataset:
                    ) -> pa.Table:
         """Rows by position in the dataset (0 .. count_rows-1), in the order given."""
         return await take_rows(self._ctx, indices, columns)
-
-
-def _reopen(uri: str, version: int) -> Any:
-    from alance import sync
-
-    return sync.open_dataset(uri, version=version)._async
 
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,

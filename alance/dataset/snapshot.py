@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler, ManifestLocation
 from alance.format.feature_flags import check_reader_flags
-from alance.format.manifest import ManifestFile, decode_manifest_file
+from alance.format.manifest import ManifestFile, decode_manifest_file, encode_manifest_file
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 
@@ -19,6 +20,10 @@ class Snapshot:
 
     location: ManifestLocation
     manifest_file: ManifestFile
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Generated protobuf classes do not pickle by reference; ship the manifest's bytes.
+        return (_snapshot_from_bytes, (self.location, encode_manifest_file(self.manifest_file)))
 
     @property
     def manifest(self) -> table_pb2.Manifest:
@@ -45,6 +50,10 @@ class Snapshot:
         """The data file version of the dataset (``"0.1"`` for v0.1/v0.2 files, ``"2.0"``...)."""
         fmt = self.manifest.data_format
         return fmt.version if self.manifest.HasField("data_format") else "0.1"
+
+
+def _snapshot_from_bytes(location: ManifestLocation, data: bytes) -> Snapshot:
+    return Snapshot(location, decode_manifest_file(data))
 
 
 async def load_snapshot(store: DatasetStore, handler: CommitHandler,

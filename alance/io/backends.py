@@ -27,15 +27,23 @@ from typing import Any, Protocol
 import obstore
 from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
 from obstore.exceptions import BaseError as _ObsBaseError
+from obstore.exceptions import GenericError as _ObsGeneric
+from obstore.exceptions import InvalidPathError as _ObsInvalidPath
 from obstore.exceptions import NotFoundError as _ObsNotFound
+from obstore.exceptions import NotSupportedError as _ObsNotSupported
+from obstore.exceptions import PermissionDeniedError as _ObsPermissionDenied
 from obstore.exceptions import PreconditionError as _ObsPrecondition
+from obstore.exceptions import UnauthenticatedError as _ObsUnauthenticated
+from obstore.exceptions import UnknownConfigurationKeyError as _ObsUnknownConfig
 
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,
     CorruptFileError,
     NotFoundError,
+    PermissionDeniedError,
     StoreError,
+    TransientStoreError,
 )
 
 #: Bytes returned by reads: ``bytes`` or a zero-copy view of a buffer the backend owns.
@@ -73,14 +81,36 @@ def obstore_usable() -> bool:
 
 
 def map_error(exc: BaseException, what: str) -> AlanceError:
-    """The alance error for an obstore or OS exception."""
+    """The alance error for an obstore or OS exception.
+
+    Not found, already exists / precondition failed, and permission errors are final; other
+    obstore failures (5xx, throttling, timeouts, connection errors) are transient.
+    """
     if isinstance(exc, AlanceError):
         return exc
     if isinstance(exc, (_ObsNotFound, FileNotFoundError, NotADirectoryError)):
         return NotFoundError(f"not found: {what}")
     if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
         return AlreadyExistsError(f"already exists: {what}")
-    return StoreError(f"object store error on {what}: {exc}")
+    if isinstance(exc, (_ObsPermissionDenied, _ObsUnauthenticated, PermissionError)):
+        return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
+    if isinstance(exc, (_ObsNotSupported, _ObsInvalidPath, _ObsUnknownConfig, IsADirectoryError)):
+        return StoreError(f"object store error on {what}: {_first_line(exc)}")
+    if isinstance(exc, _ObsGeneric) and _looks_permanent(exc):
+        return StoreError(f"object store error on {what}: {_first_line(exc)}")
+    return TransientStoreError(f"object store error on {what}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+def _looks_permanent(exc: BaseException) -> bool:
+    """Client errors obstore reports generically (4xx other than throttling)."""
+    text = str(exc)
+    return any(f"Client error with status {code}" in text or f"status: {code}" in text
+               for code in (400, 401, 403, 404, 405, 409, 411, 412, 413, 416))
 
 
 class Upload(Protocol):

@@ -12,20 +12,28 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import posixpath
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from alance.errors import (
     InvalidInputError,
     NotFoundError,
     PathOutsideDatasetError,
+    TransientStoreError,
     UnsupportedFeatureError,
 )
 from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
 
+T = TypeVar("T")
+
 #: How many requests one store keeps in flight at most (per process and store).
 DEFAULT_MAX_CONCURRENCY = 16
+#: Extra attempts for idempotent operations that failed transiently.
+DEFAULT_MAX_RETRIES = 3
+#: First retry delay in seconds (doubles per attempt, with full jitter, capped at 2 s).
+RETRY_BASE_DELAY = 0.05
 #: Streaming writes hand the store parts of about this size (bounded write buffer).
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 #: Ranges closer than this are fetched with one request.
@@ -63,14 +71,21 @@ class DatasetStore:
         coalesce_bytes: gap below which neighbouring ranges of one object are read together.
         after_fork: builds a replacement backend for a process forked after obstore was used
             (obstore cannot run there); ``None`` means such a child cannot use this store.
+        max_retries: extra attempts for idempotent operations that fail transiently
+            (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
+            Conditional creates are never retried: their outcome after a failure is unknown.
     """
 
     def __init__(self, backend: Backend, root: str, *, uri: str,
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  coalesce_bytes: int = DEFAULT_COALESCE_BYTES,
-                 after_fork: Callable[[], Backend] | None = None) -> None:
+                 after_fork: Callable[[], Backend] | None = None,
+                 max_retries: int = DEFAULT_MAX_RETRIES) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
+        if max_retries < 0:
+            raise InvalidInputError("max_retries must be >= 0")
+        self.max_retries = max_retries
         self._backend_obj = backend
         self._after_fork = after_fork
         self.root = root.strip("/")
@@ -78,9 +93,18 @@ class DatasetStore:
         self.max_concurrency = max_concurrency
         self.coalesce_bytes = coalesce_bytes
         self._semaphores: dict[int, asyncio.Semaphore] = {}
+        #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
+        self.reopen_args: tuple[str, dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"DatasetStore({self.uri!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.reopen_args is None:
+            raise TypeError("this DatasetStore was not made by open_store and cannot be pickled")
+        from alance.io.uri import open_store
+
+        return (open_store, self.reopen_args)
 
     @property
     def backend(self) -> Backend:
@@ -114,12 +138,23 @@ class DatasetStore:
             sem = self._semaphores[id(loop)] = asyncio.Semaphore(self.max_concurrency)
         return sem
 
+    async def _retrying(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+        """Run ``call`` under the concurrency bound, retrying transient failures."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with self._sem:
+                    return await call(self.backend)
+            except TransientStoreError:
+                if attempt == self.max_retries:
+                    raise
+            await asyncio.sleep(random.uniform(0, min(RETRY_BASE_DELAY * 2**attempt, 2.0)))
+        raise AssertionError("unreachable")
+
     # -- reads -------------------------------------------------------------------------------
     async def get(self, path: str) -> bytes:
         """The whole object."""
         key = self._key(path)
-        async with self._sem:
-            return await self.backend.get(key)
+        return await self._retrying(lambda b: b.get(key))
 
     async def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object."""
@@ -133,17 +168,14 @@ class DatasetStore:
         out: dict[tuple[int, int], Buffer] = {(s, e): b"" for s, e in ranges if e <= s}
         if wanted:
             key = self._key(path)
-            async with self._sem:
-                parts = await self.backend.get_ranges(key, wanted, self.coalesce_bytes)
+            parts = await self._retrying(lambda b: b.get_ranges(key, wanted, self.coalesce_bytes))
             out.update(zip(wanted, parts, strict=True))
         return [out[(s, e)] for s, e in ranges]
 
     async def head(self, path: str) -> ObjectMeta:
         """Size and modification time of an object."""
         key = self._key(path)
-        async with self._sem:
-            meta = await self.backend.head(key)
-        return self._meta(meta)
+        return self._meta(await self._retrying(lambda b: b.head(key)))
 
     def _meta(self, meta: dict[str, Any]) -> ObjectMeta:
         return ObjectMeta(self._rel(meta["path"]), meta["size"], meta.get("last_modified"),
@@ -159,17 +191,14 @@ class DatasetStore:
 
     async def list(self, prefix: str) -> list[ObjectMeta]:
         """Every object under the directory ``prefix`` (recursive)."""
-        key = self._key(prefix)
-        async with self._sem:
-            metas = await self.backend.list(key + "/")
-        return [self._meta(m) for m in metas]
+        key = self._key(prefix) + "/"
+        return [self._meta(m) for m in await self._retrying(lambda b: b.list(key))]
 
     # -- writes ------------------------------------------------------------------------------
     async def put(self, path: str, data: bytes) -> None:
         """Write an object, replacing any existing one."""
         key = self._key(path)
-        async with self._sem:
-            await self.backend.put(key, data, create=False)
+        await self._retrying(lambda b: b.put(key, data, create=False))
 
     async def put_if_absent(self, path: str, data: bytes) -> None:
         """Create an object atomically; :class:`AlreadyExistsError` if it exists already."""
@@ -180,14 +209,16 @@ class DatasetStore:
     async def copy(self, src: str, dst: str, *, overwrite: bool = True) -> None:
         """Copy one object to another path inside the dataset."""
         src_key, dst_key = self._key(src), self._key(dst)
-        async with self._sem:
-            await self.backend.copy(src_key, dst_key, overwrite=overwrite)
+        if overwrite:
+            await self._retrying(lambda b: b.copy(src_key, dst_key, overwrite=True))
+        else:
+            async with self._sem:
+                await self.backend.copy(src_key, dst_key, overwrite=False)
 
     async def delete(self, path: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
         key = self._key(path)
-        async with self._sem:
-            await self.backend.delete(key)
+        await self._retrying(lambda b: b.delete(key))
 
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""

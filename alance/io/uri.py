@@ -13,7 +13,15 @@ from obstore.store import LocalStore, MemoryStore
 
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.io.backends import DictBackend, ObstoreBackend, PosixBackend
+from alance.io.object_stores import build_cloud_store
 from alance.io.store import DEFAULT_MAX_CONCURRENCY, DatasetStore
+
+#: Requests in flight per cloud store: latency-bound, so far more than for local disks.
+CLOUD_MAX_CONCURRENCY = 64
+#: obstore's own retries (under alance's): a couple, quickly, so failures surface in seconds.
+CLOUD_RETRY_CONFIG = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=20),
+                      "backoff": {"init_backoff": dt.timedelta(milliseconds=50),
+                                  "max_backoff": dt.timedelta(seconds=2), "base": 2}}
 
 _memory_lock = threading.Lock()
 _memory_store: MemoryStore | None = None
@@ -49,11 +57,31 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
                ) -> DatasetStore:
     """The :class:`DatasetStore` for a dataset URI.
 
-    Accepted forms: a local path (relative or absolute), ``file:///abs/path`` and
-    ``memory://name`` (process-local, for tests and scratch work).
+    Accepted forms: a local path (relative or absolute), ``file:///abs/path``,
+    ``memory://name`` (process-local, for tests and scratch work), ``s3://bucket/path``,
+    ``gs://bucket/path`` and ``az://container/path``.
+
+    ``storage_options`` take the names pylance accepts (``aws_endpoint``,
+    ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
+    plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
+    cloud stores), ``coalesce_bytes``, ``max_retries``.
     """
-    options = dict(storage_options or {})
-    max_concurrency = int(options.pop("max_concurrency", DEFAULT_MAX_CONCURRENCY))
+    store = _open(uri, dict(storage_options or {}))
+    store.reopen_args = (os.fspath(uri), dict(storage_options or {}))
+    return store
+
+
+def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
+    policy: dict[str, Any] = {}
+    for name in ("max_concurrency", "coalesce_bytes", "max_retries"):
+        if name in options:
+            try:
+                policy[name] = int(options.pop(name))
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"storage option {name} must be an integer") from exc
+    concurrency: int | None = policy.pop("max_concurrency", None)
+    max_concurrency = concurrency or DEFAULT_MAX_CONCURRENCY
+    options.pop("dynamodb_endpoint", None)  # used by the DynamoDB commit handler
     text = os.fspath(uri)
     if not text:
         raise InvalidInputError("empty dataset URI")
@@ -64,10 +92,25 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
         if not root:
             raise InvalidInputError(f"memory URI needs a name: {text!r}")
         return DatasetStore(ObstoreBackend(_shared_memory_store()), root, uri=text,
-                            max_concurrency=max_concurrency, after_fork=_memory_after_fork)
+                            max_concurrency=max_concurrency, after_fork=_memory_after_fork,
+                            **policy)
     if scheme in ("", "file"):
         path = parsed.path if scheme == "file" else text
         root = os.path.abspath(os.path.expanduser(path))
         return DatasetStore(ObstoreBackend(LocalStore()), root.lstrip("/"), uri=text,
-                            max_concurrency=max_concurrency, after_fork=PosixBackend)
-    raise UnsupportedFeatureError(f"unsupported URI scheme {scheme!r} in {text!r}")
+                            max_concurrency=max_concurrency, after_fork=PosixBackend,
+                            **policy)
+    cloud = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
+             "azure": "az"}.get(scheme)
+    if cloud is None:
+        raise UnsupportedFeatureError(f"unsupported URI scheme {scheme!r} in {text!r}")
+    if not parsed.netloc:
+        raise InvalidInputError(f"{text!r} names no bucket")
+    if parsed.query:
+        raise InvalidInputError(f"unexpected query string in {text!r}")
+    root = parsed.path.strip("/")
+    if not root:
+        raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
+    store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
+    return DatasetStore(ObstoreBackend(store), root, uri=text,
+                        max_concurrency=concurrency or CLOUD_MAX_CONCURRENCY, **policy)

@@ -1,0 +1,113 @@
+"""Building obstore stores for cloud URIs from pylance-style ``storage_options``.
+
+pylance (and the Rust ``object_store`` crate under it) accept option names with or without a
+provider prefix (``aws_endpoint`` or ``endpoint``), and mix store settings with HTTP client
+settings (``allow_http``). This module sorts them into obstore's ``config`` and
+``client_options`` and refuses names it does not know, so a typo never passes silently.
+Environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) are read by obstore.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from obstore.store import AzureStore, GCSStore, S3Store
+
+from alance.errors import InvalidInputError
+
+#: HTTP client settings (obstore ``client_options``), by their plain names.
+_CLIENT_KEYS = {
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "timeout",
+    "pool_idle_timeout", "pool_max_idle_per_host", "proxy_url", "proxy_ca_certificate",
+    "proxy_excludes", "user_agent", "http1_only", "http2_only", "http2_keep_alive_interval",
+    "http2_keep_alive_timeout", "http2_keep_alive_while_idle", "default_content_type",
+    "randomize_addresses",
+}
+_BOOL_CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "http1_only", "http2_only",
+                     "http2_keep_alive_while_idle", "randomize_addresses"}
+
+#: Store settings per provider (obstore ``config``), by their plain names, plus aliases.
+_S3_KEYS = {
+    "access_key_id", "secret_access_key", "session_token", "region", "default_region",
+    "endpoint", "bucket", "checksum_algorithm", "conditional_put", "copy_if_not_exists",
+    "disable_tagging", "disable_bulk_delete", "metadata_endpoint", "request_payer", "role_arn",
+    "role_session_name", "server_side_encryption", "skip_signature", "sse_bucket_key_enabled",
+    "sse_kms_key_id", "sts_endpoint", "unsigned_payload", "virtual_hosted_style_request",
+    "imdsv1_fallback", "s3_express", "container_credentials_relative_uri",
+    "container_credentials_full_uri", "container_authorization_token_file",
+}
+_S3_ALIASES = {"endpoint_url": "endpoint", "token": "session_token",
+               "access_key": "access_key_id", "secret_key": "secret_access_key"}
+_GCS_KEYS = {"service_account", "service_account_key", "application_credentials", "bucket",
+             "service_account_path"}
+_AZURE_KEYS = {
+    "account_name", "account_key", "client_id", "client_secret", "tenant_id", "sas_key",
+    "token", "use_emulator", "endpoint", "use_fabric_endpoint", "container_name",
+    "authority_host", "msi_endpoint", "object_id", "msi_resource_id", "federated_token_file",
+    "use_azure_cli", "skip_signature", "disable_tagging",
+}
+_PREFIXES = {"s3": ("aws_",), "gs": ("google_", "gcs_"), "az": ("azure_storage_", "azure_")}
+
+#: Options alance itself understands (taken out before the rest goes to obstore).
+ALANCE_KEYS = {"max_concurrency", "coalesce_bytes", "max_retries", "retry_timeout",
+               "dynamodb_endpoint"}
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def split_options(scheme: str, options: Mapping[str, Any],
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sort storage options into obstore ``(config, client_options)`` for a URI scheme."""
+    store_keys = {"s3": _S3_KEYS, "gs": _GCS_KEYS, "az": _AZURE_KEYS}[scheme]
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    for raw_key, value in options.items():
+        key = raw_key.lower()
+        for prefix in _PREFIXES[scheme]:
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        if scheme == "s3":
+            key = _S3_ALIASES.get(key, key)
+        if key in _CLIENT_KEYS:
+            client[key] = _truthy(value) if key in _BOOL_CLIENT_KEYS else value
+        elif key in store_keys:
+            config[key] = value
+        else:
+            raise InvalidInputError(f"unknown storage option {raw_key!r} for {scheme}:// URIs")
+    return config, client
+
+
+def _env_endpoint() -> dict[str, str]:
+    # obstore reads AWS_ENDPOINT; the AWS SDKs' name is AWS_ENDPOINT_URL. Honour both.
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return {"endpoint": url} if url and "AWS_ENDPOINT" not in os.environ else {}
+
+
+def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
+                      retry_config: dict[str, Any]) -> Any:
+    """An obstore store for ``scheme://bucket`` (scheme ``s3``, ``gs`` or ``az``)."""
+    config, client = split_options(scheme, options)
+    if scheme == "s3":
+        config = {**_env_endpoint(), **config}
+        endpoint = str(config.get("endpoint", ""))
+        if endpoint.startswith("http://") and "allow_http" not in client:
+            client["allow_http"] = True  # an explicit http:// endpoint is the user's choice
+        # S3 has no native copy-if-absent; a multipart copy with a precondition does it.
+        config.setdefault("copy_if_not_exists", "multipart")
+        client.setdefault("connect_timeout", timedelta(seconds=5))
+        client.setdefault("timeout", timedelta(seconds=60))
+        return S3Store(bucket, config=config, client_options=client,  # type: ignore[arg-type]
+                       retry_config=retry_config)  # type: ignore[arg-type]
+    if scheme == "gs":
+        return GCSStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
+                        retry_config=retry_config)  # type: ignore[arg-type]
+    return AzureStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
+                      retry_config=retry_config)  # type: ignore[arg-type]
