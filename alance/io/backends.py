@@ -96,7 +96,12 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
         return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
     if isinstance(exc, (_ObsNotSupported, _ObsInvalidPath, _ObsUnknownConfig, IsADirectoryError)):
         return StoreError(f"object store error on {what}: {_first_line(exc)}")
-    if isinstance(exc, _ObsGeneric) and _looks_permanent(exc):
+    if isinstance(exc, _ObsGeneric) and _status_in(exc, (404,)):
+        return NotFoundError(f"not found (missing bucket or object): {what}: "
+                             f"{_first_line(exc)}")
+    if isinstance(exc, _ObsGeneric) and _status_in(exc, (401, 403)):
+        return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
+    if isinstance(exc, _ObsGeneric) and _status_in(exc, _PERMANENT_STATUS):
         return StoreError(f"object store error on {what}: {_first_line(exc)}")
     return TransientStoreError(f"object store error on {what}: {_first_line(exc)}")
 
@@ -106,11 +111,15 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else exc.__class__.__name__
 
 
-def _looks_permanent(exc: BaseException) -> bool:
-    """Client errors obstore reports generically (4xx other than throttling)."""
+#: HTTP statuses that trying again cannot fix (throttling, 429, and 5xx are transient).
+_PERMANENT_STATUS = (400, 405, 409, 411, 412, 413, 416)
+
+
+def _status_in(exc: BaseException, codes: Sequence[int]) -> bool:
+    """Whether obstore's generic error reports one of these HTTP status codes."""
     text = str(exc)
-    return any(f"Client error with status {code}" in text or f"status: {code}" in text
-               for code in (400, 401, 403, 404, 405, 409, 411, 412, 413, 416))
+    return any(f"status code: {code}" in text or f"Client error with status {code}" in text
+               or f"status: {code}" in text for code in codes)
 
 
 class Upload(Protocol):

@@ -106,10 +106,17 @@ class DatasetStore:
 
         return (open_store, self.reopen_args)
 
+    def wrap_backend(self, wrap: Callable[[Backend], Backend]) -> None:
+        """Put ``wrap(backend)`` in place of the backend (also after a fork switch)."""
+        self._backend_obj = wrap(self._backend_obj)
+        if self._after_fork is not None:
+            fallback = self._after_fork
+            self._after_fork = lambda: wrap(fallback())
+
     @property
     def backend(self) -> Backend:
         """The backend to use in this process (switching to the fork fallback if needed)."""
-        if isinstance(self._backend_obj, ObstoreBackend) and not obstore_usable():
+        if not obstore_usable() and _uses_obstore(self._backend_obj):
             if self._after_fork is None:
                 raise UnsupportedFeatureError(
                     f"{self.uri}: this process was forked after alance used obstore, whose "
@@ -223,6 +230,17 @@ class DatasetStore:
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
         return ObjectWriter(self, path, part_size)
+
+
+def _uses_obstore(backend: Backend) -> bool:
+    """Whether ``backend`` is (or wraps, via ``.inner``) an obstore backend."""
+    while True:
+        if isinstance(backend, ObstoreBackend):
+            return True
+        inner = getattr(backend, "inner", None)
+        if inner is None:
+            return False
+        backend = inner
 
 
 class ObjectWriter:

@@ -64,10 +64,16 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
-    cloud stores), ``coalesce_bytes``, ``max_retries``.
+    cloud stores), ``coalesce_bytes``, ``max_retries``, and ``wrap_backend`` (a callable that
+    wraps the byte-moving backend, e.g. to inject faults or count requests in tests).
     """
-    store = _open(uri, dict(storage_options or {}))
+    options = dict(storage_options or {})
+    wrap = options.pop("wrap_backend", None)
+    store = _open(uri, options)
     store.reopen_args = (os.fspath(uri), dict(storage_options or {}))
+    if wrap is not None:
+        # For tests and instrumentation: e.g. a backend that injects faults or latency.
+        store.wrap_backend(wrap)
     return store
 
 
