@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import datetime as dt
 import os
 import threading
@@ -45,6 +46,12 @@ from alance.errors import (
     StoreError,
     TransientStoreError,
 )
+
+#: Parts of a streaming upload handed to obstore at a time (queue slots), its part size and
+#: how many parts it uploads concurrently: together they bound an upload's memory.
+UPLOAD_QUEUE_PARTS = 2
+UPLOAD_PART_SIZE = 8 * 1024 * 1024
+UPLOAD_CONCURRENCY = 4
 
 #: Bytes returned by reads: ``bytes`` or a zero-copy view of a buffer the backend owns.
 Buffer = bytes | memoryview
@@ -145,26 +152,77 @@ class Backend(Protocol):
 
 
 # -- obstore ----------------------------------------------------------------------------------
+_END = object()
+
+
 class _ObstoreUpload:
+    """A streaming upload through ``obstore.put_async`` fed from a small bounded queue.
+
+    obstore uploads what the queue yields (a multipart upload once it exceeds one part, parts
+    sent concurrently); :meth:`abort` makes the source raise, and obstore then aborts the
+    multipart upload, so no incomplete upload or partial object is left behind.
+    """
+
     def __init__(self, store: Any, key: str) -> None:
-        self._file: Any = obstore.open_writer_async(store, key)
-        self._key = key
+        self._store, self._key = store, key
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=UPLOAD_QUEUE_PARTS)
+        self._task: asyncio.Task[Any] | None = None
+
+    async def _source(self) -> Any:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _started(self) -> asyncio.Task[Any]:
+        if self._task is None:
+            self._task = asyncio.ensure_future(obstore.put_async(
+                self._store, self._key, self._source(), chunk_size=UPLOAD_PART_SIZE,
+                max_concurrency=UPLOAD_CONCURRENCY))
+        return self._task
+
+    async def _send(self, item: Any) -> None:
+        task = self._started()
+        put = asyncio.ensure_future(self._queue.put(item))
+        done, _ = await asyncio.wait({put, task}, return_when=asyncio.FIRST_COMPLETED)
+        if put not in done:  # the upload ended (failed) while we waited for queue room
+            put.cancel()
+            await self._result(task)
+            raise StoreError(f"upload of {self._key} ended early")
+
+    async def _result(self, task: asyncio.Task[Any]) -> None:
+        try:
+            await task
+        except (_ObsBaseError, OSError) as exc:
+            raise map_error(exc, self._key) from exc
 
     async def write(self, data: Buffer) -> None:
-        try:
-            await self._file.write(data)
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, self._key) from exc
+        await self._send(data)
 
     async def complete(self) -> None:
-        try:
-            await self._file.close()
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, self._key) from exc
+        await self._send(_END)
+        await self._result(self._started())
 
     async def abort(self) -> None:
-        # Never completing an upload leaves no object behind (a multipart upload is dropped).
-        self._file = None
+        if self._task is None:
+            return
+        if not self._task.done():
+            try:
+                self._queue.put_nowait(_Aborted())
+            except asyncio.QueueFull:
+                # The consumer is busy with earlier parts: make room, then fail the source.
+                while not self._queue.empty():
+                    self._queue.get_nowait()
+                self._queue.put_nowait(_Aborted())
+        with contextlib.suppress(Exception):  # the upload failing is the point of aborting
+            await self._task
+
+
+class _Aborted(Exception):
+    """Raised inside an upload's source to make obstore abort the upload."""
 
 
 class ObstoreBackend:
