@@ -73,3 +73,31 @@ async def test_open_costs_one_request_per_file(local_uri: str, reads) -> None:
     paths = [p for p, _ in reads]
     assert len(set(paths)) == 1
     assert len(paths) <= 2  # the tail, then the page holding row 0
+
+
+async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
+    from alance.io.uri import open_store
+
+    calls: list[list[tuple[int, int]]] = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        async def get_ranges(self, key, ranges, coalesce):
+            calls.append(list(ranges))
+            return await self.inner.get_ranges(key, ranges, coalesce)
+
+    store = open_store(local_uri, {"max_concurrency": 3, "wrap_backend": Counting})
+    store.split_bytes = 1000
+    payload = bytes(range(256)) * 40  # 10,240 bytes
+    await store.put("blob", payload)
+    got = await store.get_ranges("blob", [(0, 10_240), (5, 7), (100, 3_100), (9, 9)])
+    assert [bytes(g) for g in got] == [payload, payload[5:7], payload[100:3_100], b""]
+    # the two long ranges went out as 1000-byte pieces; the short one by itself
+    pieces = sorted(r for c in calls for r in c)
+    assert (5, 7) in pieces and all(e - s <= 1000 for s, e in pieces)
+    assert len(pieces) == 1 + 11 + 3

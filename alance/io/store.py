@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import posixpath
 import random
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,6 +32,8 @@ T = TypeVar("T")
 
 #: How many requests one store keeps in flight at most (per process and store).
 DEFAULT_MAX_CONCURRENCY = 16
+#: Ranges longer than this are split into concurrent requests of about this size.
+DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
 #: Extra attempts for idempotent operations that failed transiently.
 DEFAULT_MAX_RETRIES = 3
 #: First retry delay in seconds (doubles per attempt, with full jitter, capped at 2 s).
@@ -71,6 +75,9 @@ class DatasetStore:
         coalesce_bytes: gap below which neighbouring ranges of one object are read together.
         after_fork: builds a replacement backend for a process forked after obstore was used
             (obstore cannot run there); ``None`` means such a child cannot use this store.
+        split_bytes: ranges longer than this are fetched as several concurrent requests.
+        limiter_key: stores with the same key share the in-flight bound in a process
+            (e.g. ``"s3://bucket"``); defaults to the first component of ``root``.
         max_retries: extra attempts for idempotent operations that fail transiently
             (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
             Conditional creates are never retried: their outcome after a failure is unknown.
@@ -80,7 +87,9 @@ class DatasetStore:
                  max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  coalesce_bytes: int = DEFAULT_COALESCE_BYTES,
                  after_fork: Callable[[], Backend] | None = None,
-                 max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+                 max_retries: int = DEFAULT_MAX_RETRIES,
+                 split_bytes: int = DEFAULT_SPLIT_BYTES,
+                 limiter_key: str | None = None) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -92,7 +101,8 @@ class DatasetStore:
         self.uri = uri
         self.max_concurrency = max_concurrency
         self.coalesce_bytes = coalesce_bytes
-        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        self.limiter_key = limiter_key or root.split("/", 1)[0]
+        self.split_bytes = split_bytes
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
 
@@ -123,7 +133,6 @@ class DatasetStore:
                     "runtime does not survive fork; open the dataset before forking no object "
                     "store, or start workers with the 'spawn' method")
             self._backend_obj = self._after_fork()
-            self._semaphores.clear()
         return self._backend_obj
 
     # -- helpers -----------------------------------------------------------------------------
@@ -137,13 +146,10 @@ class DatasetStore:
 
     @property
     def _sem(self) -> asyncio.Semaphore:
-        # One semaphore per event loop: a store may be used from several loops over its life
-        # (the sync facade's loop, a user's loop), and asyncio primitives are loop-bound.
-        loop = asyncio.get_running_loop()
-        sem = self._semaphores.get(id(loop))
-        if sem is None:
-            sem = self._semaphores[id(loop)] = asyncio.Semaphore(self.max_concurrency)
-        return sem
+        # Shared by every store with the same limiter key (one bucket, one local disk) in this
+        # process, so opening many datasets does not multiply the requests in flight. One per
+        # event loop, since asyncio primitives are bound to a loop.
+        return _limiter(self.limiter_key, self.max_concurrency)
 
     async def _retrying(self, call: Callable[[Backend], Awaitable[T]]) -> T:
         """Run ``call`` under the concurrency bound, retrying transient failures."""
@@ -168,16 +174,37 @@ class DatasetStore:
         return bytes((await self.get_ranges(path, [(start, end)]))[0])
 
     async def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
-        """Several ranges ``[start, end)`` of one object, coalesced where close together."""
+        """Several ranges ``[start, end)`` of one object.
+
+        Close ranges are coalesced into one request (gap ``coalesce_bytes``); ranges longer
+        than ``split_bytes`` are fetched as several concurrent requests and joined.
+        """
         if not ranges:
             return []
-        wanted = [(s, e) for s, e in ranges if e > s]
+        wanted = sorted({(s, e) for s, e in ranges if e > s})
         out: dict[tuple[int, int], Buffer] = {(s, e): b"" for s, e in ranges if e <= s}
         if wanted:
             key = self._key(path)
-            parts = await self._retrying(lambda b: b.get_ranges(key, wanted, self.coalesce_bytes))
-            out.update(zip(wanted, parts, strict=True))
+            small = [r for r in wanted if r[1] - r[0] <= self.split_bytes]
+            large = [r for r in wanted if r[1] - r[0] > self.split_bytes]
+            jobs = [self._retrying(lambda b: b.get_ranges(key, small, self.coalesce_bytes))
+                    ] if small else []
+            jobs += [self._get_split(key, r) for r in large]
+            results = await asyncio.gather(*jobs)
+            if small:
+                out.update(zip(small, results[0], strict=True))
+            out.update(zip(large, (r[0] for r in results[1 if small else 0:]), strict=True))
         return [out[(s, e)] for s, e in ranges]
+
+    async def _get_split(self, key: str, rng: tuple[int, int]) -> list[Buffer]:
+        start, end = rng
+        pieces = list(itertools.pairwise([*range(start, end, self.split_bytes), end]))
+
+        async def piece(p: tuple[int, int]) -> Buffer:
+            return (await self._retrying(lambda b: b.get_ranges(key, [p], 0)))[0]
+
+        parts = await asyncio.gather(*(piece(p) for p in pieces))
+        return [b"".join(parts)]
 
     async def head(self, path: str) -> ObjectMeta:
         """Size and modification time of an object."""
@@ -230,6 +257,19 @@ class DatasetStore:
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
         return ObjectWriter(self, path, part_size)
+
+
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _limiter(key: str, size: int) -> asyncio.Semaphore:
+    """The process-wide in-flight bound for ``key`` on the running event loop."""
+    per_loop = _limiters.setdefault(asyncio.get_running_loop(), {})
+    sem = per_loop.get(key)
+    if sem is None:
+        sem = per_loop[key] = asyncio.Semaphore(size)
+    return sem
 
 
 def _uses_obstore(backend: Backend) -> bool:

@@ -99,13 +99,13 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
             raise InvalidInputError(f"memory URI needs a name: {text!r}")
         return DatasetStore(ObstoreBackend(_shared_memory_store()), root, uri=text,
                             max_concurrency=max_concurrency, after_fork=_memory_after_fork,
-                            **policy)
+                            limiter_key="memory://", **policy)
     if scheme in ("", "file"):
         path = parsed.path if scheme == "file" else text
         root = os.path.abspath(os.path.expanduser(path))
         return DatasetStore(ObstoreBackend(LocalStore()), root.lstrip("/"), uri=text,
                             max_concurrency=max_concurrency, after_fork=PosixBackend,
-                            **policy)
+                            limiter_key="file://", **policy)
     cloud = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
              "azure": "az"}.get(scheme)
     if cloud is None:
@@ -119,4 +119,5 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
-                        max_concurrency=concurrency or CLOUD_MAX_CONCURRENCY, **policy)
+                        max_concurrency=concurrency or CLOUD_MAX_CONCURRENCY,
+                        limiter_key=f"{cloud}://{parsed.netloc}", **policy)
