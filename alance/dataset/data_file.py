@@ -7,6 +7,8 @@ fetches each step's ranges concurrently (coalesced by the store) and feeds them 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from typing import Any, TypeVar
 
@@ -38,6 +40,44 @@ async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store
         plan.close()
 
 
+class _LruCache:
+    """A small thread-safe LRU map bounded by the total (estimated) bytes of its values."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+#: Opened data file metadata (footer, metadata, page table, tail bytes), process-wide.
+_FILE_CACHE = _LruCache(max_bytes=64 * 1024 * 1024)
+
+
 class DataFileReader:
     """An opened v0.1/v0.2 data file of a dataset: row groups and random access."""
 
@@ -50,15 +90,24 @@ class DataFileReader:
     @classmethod
     async def open(cls, store: DatasetStore, path: str, schema: LanceSchema, size: int | None,
                    dictionaries: Mapping[int, pa.Array] | None = None) -> DataFileReader:
-        """Read the file's footer, metadata and page table (one request for small files)."""
-        if size is None:
-            size = (await store.head(path)).size
-        try:
-            file = await run_plan(open_file(size, schema.field_ids()), store, path)
-        except PathOutsideDatasetError:
-            raise
-        except InvalidInputError as exc:
-            raise CorruptFileError(f"{path}: {exc}") from exc
+        """Read the file's footer, metadata and page table (one request for small files).
+
+        Opened files are remembered process-wide (data files never change once written), so
+        opening the same file again, from any dataset object, costs no request.
+        """
+        ids = tuple(schema.field_ids())
+        key = (store.limiter_key, store.root, path, size, ids)
+        file = _FILE_CACHE.get(key)
+        if file is None:
+            if size is None:
+                size = (await store.head(path)).size
+            try:
+                file = await run_plan(open_file(size, list(ids)), store, path)
+            except PathOutsideDatasetError:
+                raise
+            except InvalidInputError as exc:
+                raise CorruptFileError(f"{path}: {exc}") from exc
+            _FILE_CACHE.put(key, file, len(file.tail) + 64 * file.num_batches)
         return cls(store, path, LegacyFileReader(file, schema, dictionaries=dictionaries))
 
     @property
