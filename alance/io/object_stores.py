@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import AzureStore, GCSStore, S3Store
 
 from alance.errors import InvalidInputError
@@ -93,7 +94,20 @@ def _env_endpoint() -> dict[str, str]:
 
 def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
                       retry_config: dict[str, Any]) -> Any:
-    """An obstore store for ``scheme://bucket`` (scheme ``s3``, ``gs`` or ``az``)."""
+    """An obstore store for ``scheme://bucket`` (scheme ``s3``, ``gs`` or ``az``).
+
+    Options obstore cannot use (malformed credentials, bad values) raise
+    :class:`InvalidInputError`.
+    """
+    try:
+        return _build(scheme, bucket, options, retry_config)
+    except (ObstoreError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidInputError(f"cannot configure {scheme}://{bucket}: {first}") from exc
+
+
+def _build(scheme: str, bucket: str, options: Mapping[str, Any],
+           retry_config: dict[str, Any]) -> Any:
     config, client = split_options(scheme, options)
     if scheme == "s3":
         config = {**_env_endpoint(), **config}

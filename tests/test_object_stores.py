@@ -1,0 +1,51 @@
+"""Cloud URIs and pylance-style storage options (offline: stores are built, not contacted)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.io.object_stores import split_options
+from alance.io.uri import open_store
+
+
+def test_s3_option_spellings() -> None:
+    config, client = split_options("s3", {
+        "aws_endpoint": "http://127.0.0.1:9000", "aws_access_key_id": "k",
+        "AWS_SECRET_ACCESS_KEY": "s", "aws_region": "eu-west-1", "allow_http": "true",
+        "endpoint_url": "http://x", "aws_session_token": "t", "timeout": "30s"})
+    assert config == {"endpoint": "http://x", "access_key_id": "k", "secret_access_key": "s",
+                      "region": "eu-west-1", "session_token": "t"}
+    assert client == {"allow_http": True, "timeout": "30s"}
+    with pytest.raises(InvalidInputError, match="aws_endpiont"):
+        split_options("s3", {"aws_endpiont": "http://typo"})
+
+
+@pytest.mark.parametrize(("uri", "options", "root"), [
+    ("s3://bucket/a/b.lance", {"aws_region": "us-east-1", "aws_access_key_id": "k",
+                               "aws_secret_access_key": "s"}, "a/b.lance"),
+    ("gs://bucket/x.lance", {}, "x.lance"),
+    ("az://container/dir/x.lance", {"azure_storage_account_name": "acct",
+                                     "azure_storage_account_key": "a2V5"}, "dir/x.lance"),
+])
+def test_cloud_stores_are_built_and_pickle(uri: str, options: dict, root: str) -> None:
+    store = open_store(uri, options)
+    assert store.root == root
+    assert store.limiter_key.split("://")[1] in ("bucket", "container")
+    again = pickle.loads(pickle.dumps(store))
+    assert (again.uri, again.root, again.max_concurrency) == (uri, root, store.max_concurrency)
+
+
+def test_bad_cloud_uris() -> None:
+    with pytest.raises(InvalidInputError):
+        open_store("s3://bucket", {})
+    with pytest.raises(InvalidInputError):
+        open_store("s3:///path.lance", {})
+    with pytest.raises(UnsupportedFeatureError):
+        open_store("ftp://host/x.lance", {})
+    with pytest.raises(InvalidInputError, match="gs://bucket"):
+        open_store("gs://bucket/x.lance", {"google_service_account_key": "{}"})
+    with pytest.raises(InvalidInputError, match="max_concurrency"):
+        open_store("s3://b/x.lance", {"max_concurrency": "many"})
