@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.conftest_s3"]
+
 
 @pytest.fixture(params=["local", "memory"])
 def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:

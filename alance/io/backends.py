@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import datetime as dt
 import os
+import stat
 import threading
 import time
 import uuid
@@ -246,7 +247,12 @@ class ObstoreBackend:
             parts = await obstore.get_ranges_async(
                 self.store, key, starts=[s for s, _ in ranges], ends=[e for _, e in ranges],
                 coalesce=coalesce)
-        except (_ObsBaseError, OSError) as exc:
+        except Exception as exc:
+            if type(exc).__name__ == "RustPanic":  # obstore panics on some ranges past the end
+                raise CorruptFileError(f"{key}: a requested range lies past the end of the "
+                                       "object") from exc
+            if not isinstance(exc, (_ObsBaseError, OSError)):
+                raise
             if "range" in str(exc).lower() and not isinstance(exc, _ObsNotFound):
                 # The object is shorter than the caller expects it to be.
                 raise CorruptFileError(f"{key}: requested bytes past the end of the object "
@@ -399,6 +405,8 @@ class PosixBackend:
 
     async def head(self, key: str) -> Meta:
         st = await self._call(key, os.stat, self._path(key))
+        if not stat.S_ISREG(st.st_mode):  # a directory is not an object
+            raise NotFoundError(f"not found: {key}")
         return _meta_of(key, st)
 
     async def list(self, prefix: str) -> list[Meta]:

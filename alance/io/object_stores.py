@@ -87,9 +87,21 @@ def split_options(scheme: str, options: Mapping[str, Any],
 
 
 def _env_endpoint() -> dict[str, str]:
-    # obstore reads AWS_ENDPOINT; the AWS SDKs' name is AWS_ENDPOINT_URL. Honour both.
-    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    return {"endpoint": url} if url and "AWS_ENDPOINT" not in os.environ else {}
+    # obstore reads AWS_ENDPOINT itself; the AWS SDKs' names are AWS_ENDPOINT_URL(_S3).
+    url = (os.environ.get("AWS_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL_S3")
+           or os.environ.get("AWS_ENDPOINT_URL"))
+    return {"endpoint": url} if url else {}
+
+
+def _env_client_options() -> dict[str, Any]:
+    # obstore drops the client settings it read from the environment (AWS_ALLOW_HTTP...) as
+    # soon as any client option is passed explicitly, and alance always passes timeouts.
+    out: dict[str, Any] = {}
+    for name in ("allow_http", "allow_invalid_certificates"):
+        value = os.environ.get(f"AWS_{name.upper()}")
+        if value is not None:
+            out[name] = _truthy(value)
+    return out
 
 
 def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
@@ -111,6 +123,7 @@ def _build(scheme: str, bucket: str, options: Mapping[str, Any],
     config, client = split_options(scheme, options)
     if scheme == "s3":
         config = {**_env_endpoint(), **config}
+        client = {**_env_client_options(), **client}
         endpoint = str(config.get("endpoint", ""))
         if endpoint.startswith("http://") and "allow_http" not in client:
             client["allow_http"] = True  # an explicit http:// endpoint is the user's choice

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from alance.errors import (
+    CorruptFileError,
     InvalidInputError,
     NotFoundError,
     PathOutsideDatasetError,
@@ -194,6 +195,10 @@ class DatasetStore:
             if small:
                 out.update(zip(small, results[0], strict=True))
             out.update(zip(large, (r[0] for r in results[1 if small else 0:]), strict=True))
+            for (start, end), data in zip(wanted, (out[r] for r in wanted), strict=True):
+                if len(data) != end - start:
+                    raise CorruptFileError(f"{path}: bytes {start}..{end} requested, but the "
+                                           f"object ends before byte {end}")
         return [out[(s, e)] for s, e in ranges]
 
     async def _get_split(self, key: str, rng: tuple[int, int]) -> list[Buffer]:
