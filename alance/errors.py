@@ -13,6 +13,8 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
     ├── CorruptFileError
     ├── UnsupportedFeatureError
     ├── CommitConflictError
+    │   ├── RetryableCommitConflictError   (re-plan the operation on the new version)
+    │   └── IncompatibleTransactionError   (cannot succeed as planned; do not retry blindly)
     └── StoreError
         ├── TransientStoreError       (retried by alance before it reaches you)
         └── PermissionDeniedError     (also PermissionError)
@@ -75,6 +77,25 @@ class CommitConflictError(AlanceError):
     """
 
 
+class RetryableCommitConflictError(CommitConflictError):
+    """A concurrent commit changed what this operation read, so it cannot be rebased.
+
+    Running the operation again (re-planned on the newest version) is expected to give the
+    intended result, e.g. an update whose fragment a concurrent compaction rewrote, or two
+    deletes of the same row. alance's delete/update/merge_insert do that themselves, up to
+    their ``conflict_retries``.
+    """
+
+
+class IncompatibleTransactionError(CommitConflictError):
+    """A concurrent commit makes this operation meaningless as planned.
+
+    E.g. anything committed against a version that a concurrent Restore or Overwrite replaced,
+    or a concurrent commit whose transaction cannot be read. Retrying would change what the
+    operation does, so alance never retries these automatically.
+    """
+
+
 class StoreError(AlanceError):
     """The object store failed in a way that is not one of the more specific errors."""
 
@@ -96,10 +117,12 @@ __all__ = [
     "CommitConflictError",
     "CorruptFileError",
     "DatasetNotFoundError",
+    "IncompatibleTransactionError",
     "InvalidInputError",
     "NotFoundError",
     "PathOutsideDatasetError",
     "PermissionDeniedError",
+    "RetryableCommitConflictError",
     "SchemaMismatchError",
     "StoreError",
     "TransientStoreError",

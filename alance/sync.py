@@ -11,6 +11,7 @@ loop (e.g. Jupyter), and in processes forked after use (Spark's Python workers):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,8 @@ from alance import _loop
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
 from alance.dataset import dataset as _async
+from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
+from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
 from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.format.schema import LanceSchema
 
@@ -171,6 +174,57 @@ class LanceDataset:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
 
+    def delete(self, predicate: str | pc.Expression, **kwargs: Any) -> DeleteResult:
+        """Blocking :meth:`alance.LanceDataset.delete` (``result.dataset`` is blocking too)."""
+        return _wrapped(_loop.run(self._async.delete(predicate, **kwargs)))
+
+    def update(self, updates: Mapping[str, Any], where: str | pc.Expression | None = None,
+               **kwargs: Any) -> UpdateResult:
+        """Blocking :meth:`alance.LanceDataset.update`."""
+        return _wrapped(_loop.run(self._async.update(updates, where, **kwargs)))
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """Blocking :meth:`alance.LanceDataset.merge_insert`."""
+        return MergeInsertBuilder(self._async.merge_insert(on))
+
+
+R = TypeVar("R", DeleteResult, UpdateResult, MergeInsertResult)
+
+
+def _wrapped(result: R) -> R:
+    return dataclasses.replace(result, dataset=LanceDataset(result.dataset))
+
+
+class MergeInsertBuilder:
+    """Blocking twin of :class:`alance.dataset.merge_insert.MergeInsertBuilder`."""
+
+    def __init__(self, builder: _AsyncMergeInsertBuilder) -> None:
+        self._async = builder
+
+    def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
+        """Update matched rows (where ``condition`` holds)."""
+        self._async.when_matched_update_all(condition)
+        return self
+
+    def when_not_matched_insert_all(self) -> MergeInsertBuilder:
+        """Insert unmatched source rows."""
+        self._async.when_not_matched_insert_all()
+        return self
+
+    def when_not_matched_by_source_delete(self, expr: str | None = None) -> MergeInsertBuilder:
+        """Delete table rows no source row matches (where ``expr`` holds)."""
+        self._async.when_not_matched_by_source_delete(expr)
+        return self
+
+    def conflict_retries(self, retries: int) -> MergeInsertBuilder:
+        """How many times to plan again after a retryable conflict."""
+        self._async.conflict_retries(retries)
+        return self
+
+    def execute(self, data: Any, *, schema: pa.Schema | None = None) -> MergeInsertResult:
+        """Run and commit the merge; returns the counts and the new version."""
+        return _wrapped(_loop.run(self._async.execute(data, schema=schema)))
+
 
 def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
@@ -186,4 +240,4 @@ def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | No
     return LanceDataset(_loop.run(_async.write_dataset(data, uri, schema, mode, **kwargs)))
 
 
-__all__ = ["LanceDataset", "Scanner", "open_dataset", "write_dataset"]
+__all__ = ["LanceDataset", "MergeInsertBuilder", "Scanner", "open_dataset", "write_dataset"]

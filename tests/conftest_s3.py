@@ -13,9 +13,8 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
-
 import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 

@@ -1,26 +1,46 @@
-"""The commit loop: write the transaction file, build the next manifest, commit, rebase, retry."""
+"""The commit loop: write the transaction file, build the next manifest, commit, rebase, retry.
+
+A commit tries to create the manifest of ``latest + 1``. When another writer got there first,
+every transaction committed since ours was read is checked against ours
+(:mod:`alance.transaction.conflicts`); if all are compatible (deletion vectors merged where
+both deleted from a fragment), the transaction is built again on the newest version and
+committed after a jittered, growing pause, up to ``max_retries`` times. A conflict that cannot
+be rebased raises :class:`~alance.errors.RetryableCommitConflictError` or
+:class:`~alance.errors.IncompatibleTransactionError`; running out of attempts raises
+:class:`~alance.errors.CommitConflictError`.
+
+Whatever the commit wrote and no manifest references (transaction files of failed attempts,
+merged deletion files) is deleted again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import numpy as np
 
 from alance._proto import transaction_pb2
 from alance.commit.handler import CommitHandler
+from alance.dataset.deletions import WrittenFiles, deletion_path
+from alance.dataset.rebase import finish_rebase
 from alance.dataset.snapshot import Snapshot, load_snapshot
-from alance.dataset.transaction import build_manifest, check_compatible
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,
     CommitConflictError,
     CorruptFileError,
+    InvalidInputError,
     NotFoundError,
 )
 from alance.format.manifest import (
     LATEST_VERSION_HINT_NAME,
     TRANSACTIONS_DIR,
     VERSIONS_DIR,
+    ManifestFile,
     ManifestNamingScheme,
     decode_transaction_file,
     encode_latest_version_hint,
@@ -29,15 +49,26 @@ from alance.format.manifest import (
     transaction_file_name,
 )
 from alance.io.store import DatasetStore
+from alance.transaction.build import build_manifest
+from alance.transaction.conflicts import RebaseState
+from alance.transaction.operations import operation_name
 
 log = logging.getLogger(__name__)
 
 #: How many times a commit that lost a race is rebased and retried before giving up.
 DEFAULT_MAX_RETRIES = 20
+#: First backoff pause (seconds) and the cap of the growing pause.
+BACKOFF_BASE = 0.005
+BACKOFF_CAP = 0.5
+
+Transaction = transaction_pb2.Transaction
+#: Checks a commit's caller adds (e.g. merge_insert's "no concurrently inserted key"): called
+#: with the concurrent (version, transaction) pairs and the newest snapshot before a rebase.
+CommitCheck = Callable[[Sequence[tuple[int, Transaction]], Snapshot], Awaitable[None]]
 
 
-async def _committed_transaction(store: DatasetStore, handler: CommitHandler, version: int,
-                                 ) -> transaction_pb2.Transaction | None:
+async def committed_transaction(store: DatasetStore, handler: CommitHandler, version: int,
+                                ) -> Transaction | None:
     """The transaction that created ``version``, or ``None`` if it cannot be read."""
     try:
         snap = await load_snapshot(store, handler, version)
@@ -54,67 +85,133 @@ async def _committed_transaction(store: DatasetStore, handler: CommitHandler, ve
         return None
 
 
+def backoff_delay(attempt: int) -> float:
+    """A random pause before attempt ``attempt + 1`` (full jitter, exponential cap)."""
+    return random.uniform(0, min(BACKOFF_BASE * 2 ** attempt, BACKOFF_CAP))
+
+
 async def commit_transaction(
     store: DatasetStore,
     handler: CommitHandler,
     base: Snapshot | None,
-    txn: transaction_pb2.Transaction,
+    txn: Transaction,
     *,
     data_storage_version: str = "0.1",
     naming_scheme: ManifestNamingScheme = ManifestNamingScheme.V2,
     max_retries: int = DEFAULT_MAX_RETRIES,
     must_create: bool = False,
     prelude: bytes | None = None,
+    affected_rows: Mapping[int, np.ndarray] | None = None,
+    check: CommitCheck | None = None,
 ) -> Snapshot:
-    """Commit ``txn`` on top of ``base`` (``None``: create the dataset) and return the new version.
+    """Commit ``txn`` on top of ``base`` (its read version; ``None``: create the dataset).
 
-    When another writer commits first, the transactions committed since ``base`` are checked
-    for compatibility with ``txn``; if compatible, ``txn`` is rebuilt on the newest version and
-    committed again after a jittered backoff, up to ``max_retries`` times.
+    ``affected_rows`` (fragment id -> offsets) are the rows a Delete/Update removed; with them
+    concurrent deletes of other rows of the same fragment are merged instead of refused.
     ``must_create`` turns losing the race for version 1 into :class:`AlreadyExistsError`.
+    Returns the snapshot of the new version.
     """
-    txn_name = transaction_file_name(txn.read_version, txn.uuid)
-    txn_path = f"{TRANSACTIONS_DIR}/{txn_name}"
-    await store.put(txn_path, encode_transaction_file(txn))
+    if max_retries < 0:
+        raise InvalidInputError("max_retries must be >= 0")
+    loop = _CommitLoop(store, handler, data_storage_version, naming_scheme, prelude,
+                       affected_rows, check)
     try:
-        return await _commit_loop(store, handler, base, txn, txn_name, data_storage_version,
-                                  naming_scheme, max_retries, must_create, prelude)
+        snap = await loop.run(base, txn, max_retries, must_create)
     except BaseException:
-        await store.delete(txn_path)  # no manifest references it
+        await loop.cleanup(None)
         raise
+    await loop.cleanup(snap)
+    return snap
 
 
-async def _commit_loop(store: DatasetStore, handler: CommitHandler, base: Snapshot | None,
-                       txn: transaction_pb2.Transaction, txn_name: str,
-                       data_storage_version: str, naming_scheme: ManifestNamingScheme,
-                       max_retries: int, must_create: bool, prelude: bytes | None,
-                       ) -> Snapshot:
-    current = base
-    checked = base.version if base is not None else 0
-    for attempt in range(max_retries + 1):
-        mf = build_manifest(current.manifest_file if current else None, txn,
-                            transaction_file=txn_name, data_storage_version=data_storage_version,
-                            prelude=prelude)
-        scheme = current.location.naming_scheme if current is not None else naming_scheme
-        try:
-            location = await handler.commit(store, mf.manifest.version, encode_manifest_file(mf),
-                                            scheme)
-        except CommitConflictError:
-            if must_create:
-                raise AlreadyExistsError(f"a dataset already exists at {store.uri}") from None
-            if attempt == max_retries:
-                break
-            latest = await load_snapshot(store, handler)
-            for version in range(checked + 1, latest.version + 1):
-                check_compatible(txn, await _committed_transaction(store, handler, version))
-            checked = latest.version
-            current = latest
-            await asyncio.sleep(random.uniform(0, min(0.01 * 2 ** attempt, 0.5)))
-            continue
-        await _write_hint(store, location.version)
-        return Snapshot(location, mf)
-    raise CommitConflictError(
-        f"commit to {store.uri} lost {max_retries + 1} races in a row; giving up")
+class _CommitLoop:
+    def __init__(self, store: DatasetStore, handler: CommitHandler, data_storage_version: str,
+                 naming_scheme: ManifestNamingScheme, prelude: bytes | None,
+                 affected_rows: Mapping[int, np.ndarray] | None, check: CommitCheck | None,
+                 ) -> None:
+        self.store = store
+        self.handler = handler
+        self.data_storage_version = data_storage_version
+        self.naming_scheme = naming_scheme
+        self.prelude = prelude
+        self.affected_rows = affected_rows
+        self.check = check
+        self.txn_files: list[str] = []
+        self.merged = WrittenFiles()
+        self.restore_source: ManifestFile | None = None
+
+    async def cleanup(self, committed: Snapshot | None) -> None:
+        """Delete what the committed version (``None``: nothing) does not reference."""
+        keep_txn = committed.manifest.transaction_file if committed is not None else None
+        unused = [f"{TRANSACTIONS_DIR}/{name}" for name in self.txn_files if name != keep_txn]
+        if committed is not None:
+            used = {deletion_path(f) for f in committed.fragments if f.HasField("deletion_file")}
+            unused += [p for p in self.merged.paths if p not in used]
+        else:
+            unused += self.merged.paths
+        for path in unused:
+            with contextlib.suppress(AlanceError):  # best effort
+                await self.store.delete(path)
+
+    async def _write_txn_file(self, txn: Transaction) -> str:
+        name = transaction_file_name(txn.read_version, txn.uuid)
+        if name not in self.txn_files:
+            self.txn_files.append(name)
+            await self.store.put(f"{TRANSACTIONS_DIR}/{name}", encode_transaction_file(txn))
+        return name
+
+    async def _build(self, current: Snapshot | None, txn: Transaction, name: str,
+                     ) -> ManifestFile:
+        if operation_name(txn) == "restore" and self.restore_source is None:
+            old = await load_snapshot(self.store, self.handler, txn.restore.version)
+            self.restore_source = old.manifest_file
+        return build_manifest(current.manifest_file if current else None, txn,
+                              transaction_file=name,
+                              data_storage_version=self.data_storage_version,
+                              prelude=self.prelude, restore_source=self.restore_source)
+
+    async def run(self, base: Snapshot | None, txn: Transaction, max_retries: int,
+                  must_create: bool) -> Snapshot:
+        current = base
+        checked = base.version if base is not None else 0
+        state = RebaseState.start(txn, base.fragments if base else [],
+                                  self.affected_rows is not None)
+        for attempt in range(max_retries + 1):
+            name = await self._write_txn_file(txn)
+            mf = await self._build(current, txn, name)
+            scheme = current.location.naming_scheme if current is not None else (
+                self.naming_scheme)
+            try:
+                location = await self.handler.commit(self.store, mf.manifest.version,
+                                                     encode_manifest_file(mf), scheme)
+            except CommitConflictError:
+                if must_create:
+                    raise AlreadyExistsError(
+                        f"a dataset already exists at {self.store.uri}") from None
+                if attempt == max_retries:
+                    break
+                # Pause first, then catch up: the newest version is then as fresh as it can be
+                # when the next attempt is made.
+                await asyncio.sleep(backoff_delay(attempt))
+                latest = await load_snapshot(self.store, self.handler)
+                others: list[tuple[int, Transaction]] = []
+                for version in range(checked + 1, latest.version + 1):
+                    other = await committed_transaction(self.store, self.handler, version)
+                    state.check(other, version)
+                    if other is not None:
+                        others.append((version, other))
+                if self.check is not None and others:
+                    await self.check(others, latest)
+                txn = await finish_rebase(self.store, latest, state, self.affected_rows,
+                                          self.merged)
+                state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)
+                checked = latest.version
+                current = latest
+                continue
+            await _write_hint(self.store, location.version)
+            return Snapshot(location, mf)
+        raise CommitConflictError(
+            f"commit to {self.store.uri} lost {max_retries + 1} races in a row; giving up")
 
 
 async def _write_hint(store: DatasetStore, version: int) -> None:

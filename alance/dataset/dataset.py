@@ -14,12 +14,15 @@ import pyarrow.compute as pc
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.delete import delete_rows
+from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
 from alance.dataset.inputs import record_batch_stream, regroup
+from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
 from alance.dataset.take import take_rows
-from alance.dataset.transaction import new_append, new_overwrite
+from alance.dataset.update import update_rows
 from alance.dataset.write import (
     WriteParams,
     delete_fragment_files,
@@ -39,6 +42,7 @@ from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
+from alance.transaction.operations import new_append, new_overwrite
 
 WriteMode = Literal["create", "append", "overwrite"]
 
@@ -174,6 +178,42 @@ class LanceDataset:
                    ) -> pa.Table:
         """Rows by position in the dataset (0 .. count_rows-1), in the order given."""
         return await take_rows(self._ctx, indices, columns)
+
+    # -- changing rows -----------------------------------------------------------------------
+    async def delete(self, predicate: str | pc.Expression, *,
+                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES) -> DeleteResult:
+        """Delete the rows matching ``predicate`` (SQL text or a pyarrow expression).
+
+        Commits a new version (also when nothing matches, as pylance does) and returns it with
+        the number of rows deleted. Planned on this version; concurrent commits are rebased
+        over or, when they changed the same rows, the delete is planned again on the newest
+        version up to ``conflict_retries`` times.
+        """
+        snap, count, _ = await delete_rows(self._store, self._handler, self._snapshot,
+                                           predicate, conflict_retries=conflict_retries)
+        return DeleteResult(LanceDataset(self._store, self._handler, snap), count)
+
+    async def update(self, updates: Mapping[str, Any],
+                     where: str | pc.Expression | None = None, *,
+                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES) -> UpdateResult:
+        """Set columns of the rows matching ``where`` (all rows if ``None``).
+
+        ``updates`` maps column names to SQL expressions over the old row (``"v + 1"``,
+        ``"'text'"``) or to plain Python values. Old rows are deleted and rewritten in new
+        fragments (Lance's rewrite-rows mode). Returns the new version and the row count.
+        """
+        snap, count, _ = await update_rows(self._store, self._handler, self._snapshot, updates,
+                                           where, conflict_retries=conflict_retries)
+        return UpdateResult(LanceDataset(self._store, self._handler, snap), count)
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """Start a merge insert (upsert) keyed on ``on`` (default: the primary key).
+
+        Configure it with ``when_matched_update_all``, ``when_not_matched_insert_all`` and
+        ``when_not_matched_by_source_delete``, then ``await builder.execute(source)``.
+        """
+        return MergeInsertBuilder(self._store, self._handler, self._snapshot, on,
+                                  lambda snap: LanceDataset(self._store, self._handler, snap))
 
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,

@@ -34,12 +34,13 @@ import pyarrow.compute as pc
 
 from alance.errors import InvalidInputError
 from alance.filter._compiler import Compiler
-from alance.filter._sql import parse_filter
+from alance.filter._sql import is_sql_literal, parse_filter
 
 __all__ = [
     "ROW_ADDRESS_COLUMNS",
     "as_expression",
     "compile_filter",
+    "compile_expression",
     "compile_filter_and_columns",
     "filter_columns",
 ]
@@ -91,6 +92,26 @@ def compile_filter_and_columns(
     """:func:`compile_filter` and :func:`filter_columns` in one pass (parses once)."""
     expr, compiler = _compile(sql, schema, extra_columns)
     return expr, [name for name in compiler.schema.names if name in compiler.columns]
+
+
+def compile_expression(
+    sql: str,
+    schema: pa.Schema,
+    target_type: pa.DataType | None = None,
+    extra_columns: Sequence[str] = ROW_ADDRESS_COLUMNS,
+) -> tuple[pc.Expression, pa.DataType, list[str]]:
+    """Compile a SQL *value* expression (any type), e.g. the new value in an UPDATE.
+
+    Returns the expression, its result type and the top-level columns it reads. When the
+    text is a bare literal and ``target_type`` is given, the literal is converted to that
+    type (:class:`InvalidInputError` if it does not fit, e.g. ``'abc'`` for an integer).
+    """
+    compiler = Compiler(schema, extra_columns)
+    tree = parse_filter(sql)
+    coerce = target_type if is_sql_literal(tree) else None
+    node = compiler.compile(tree, resolve=True, coerce_to=coerce)
+    columns = [name for name in compiler.schema.names if name in compiler.columns]
+    return node.expr, compiler.infer(node.expr), columns
 
 
 def as_expression(

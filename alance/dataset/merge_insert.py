@@ -1,0 +1,355 @@
+"""MERGE INSERT (upsert): match source rows to table rows by key columns and act on each side.
+
+``ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()`` has the shape
+pylance users know. Planning joins the source's keys with the table's (read with their row
+addresses), then
+
+* matched rows (optionally only where ``condition`` holds, over ``source.col``/``target.col``)
+  are updated: the table row is soft-deleted and the source row written anew;
+* source rows without a match are inserted;
+* table rows without a match are deleted when ``when_not_matched_by_source_delete`` is set
+  (optionally only where its expression holds).
+
+Everything is committed as one Update transaction (rewrite-rows mode). The source must have
+the table's columns; its keys must not be null and must be unique.
+
+**Concurrent inserts of the same key** (which make Lance itself create duplicate rows): at
+commit time, when other commits landed since the plan was made, the rows they added are read
+and if any holds a key this merge inserts, the commit is refused as retryable and the merge is
+planned again on the newest version, where that key now matches (and is updated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from alance.commit.handler import CommitHandler
+from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.deletions import (
+    WrittenFiles,
+    apply_deletions,
+    sorted_unique,
+    split_addresses,
+)
+from alance.dataset.dml import (
+    DEFAULT_CONFLICT_RETRIES,
+    MergeInsertResult,
+    check_retries,
+    check_writable,
+    storage_batch,
+    with_replanning,
+    write_rows,
+)
+from alance.dataset.inputs import record_batch_stream
+from alance.dataset.read import ReadContext
+from alance.dataset.scan import ROW_ADDRESS, Scanner
+from alance.dataset.snapshot import Snapshot
+from alance.dataset.write import delete_fragment_files
+from alance.errors import (
+    InvalidInputError,
+    RetryableCommitConflictError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
+from alance.filter import compile_filter, compile_filter_and_columns
+from alance.io.store import DatasetStore
+from alance.transaction.operations import Transaction, added_fragments, new_update
+
+_SRC = "__alance_source_row"
+_TGT = "__alance_target_row"
+
+
+def _keys(snapshot: Snapshot, on: str | Sequence[str] | None) -> list[str]:
+    schema = snapshot.schema
+    if on is None:
+        pk = schema.primary_key()
+        if not pk:
+            raise InvalidInputError("merge_insert needs `on`: the dataset has no primary key")
+        top = set(schema.names)
+        if any(f.name not in top for f in pk):
+            raise UnsupportedFeatureError("merge_insert on a nested primary key field")
+        return [f.name for f in pk]
+    names = [on] if isinstance(on, str) else list(on)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise InvalidInputError("`on` must name one or more columns")
+    for n in names:
+        if n not in schema.names:
+            raise InvalidInputError(f"merge key {n!r} is not a column; columns are "
+                                    f"{schema.names}")
+    if len(set(names)) != len(names):
+        raise InvalidInputError(f"merge keys repeat a column: {names}")
+    return names
+
+
+def _source_table(data: pa.Table, target: pa.Schema, keys: list[str]) -> pa.Table:
+    names = set(data.column_names)
+    missing = [n for n in target.names if n not in names]
+    extra = [n for n in data.column_names if n not in target.names]
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"merge_insert source must have the table's columns: missing {missing}, "
+            f"unexpected {extra}")
+    data = data.select(target.names)
+    try:
+        data = pa.Table.from_batches(
+            [storage_batch(b, target) for b in data.to_batches()], schema=target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise SchemaMismatchError(f"merge_insert source does not fit the table: {exc}") from exc
+    for k in keys:
+        if data.column(k).null_count:
+            raise InvalidInputError(f"merge key {k!r} has null values in the source")
+    if data.num_rows:
+        column = data.column(keys[0])
+        if len(keys) == 1 and pa.types.is_integer(column.type):
+            distinct = len(sorted_unique(column.to_numpy()))
+        else:
+            distinct = data.group_by(keys).aggregate([([], "count_all")]).num_rows
+        if distinct != data.num_rows:
+            raise InvalidInputError("the source repeats merge keys; each key may appear once")
+    return data
+
+
+def _struct_batch(source: pa.Table, target: pa.Table) -> pa.RecordBatch:
+    src = pa.StructArray.from_arrays(
+        [c.combine_chunks() for c in source.columns], names=source.column_names)
+    tgt = pa.StructArray.from_arrays(
+        [c.combine_chunks() for c in target.columns], names=target.column_names)
+    return pa.RecordBatch.from_arrays([src, tgt], names=["source", "target"])
+
+
+class MergeInsertBuilder:
+    """A configured merge insert (see :meth:`LanceDataset.merge_insert`)."""
+
+    def __init__(self, store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
+                 on: str | Sequence[str] | None, wrap: Callable[[Snapshot], Any]) -> None:
+        self._store = store
+        self._handler = handler
+        self._snapshot = snapshot
+        self._keys = _keys(snapshot, on)
+        self._wrap = wrap
+        self._update: bool = False
+        self._condition: str | None = None
+        self._insert = False
+        self._delete: bool = False
+        self._delete_expr: str | None = None
+        self._retries = DEFAULT_CONFLICT_RETRIES
+
+    def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
+        """Update matched rows (only where ``condition`` over ``source.x``/``target.x`` holds)."""
+        if condition is not None:
+            self._check_condition(condition)
+        self._update, self._condition = True, condition
+        return self
+
+    def when_not_matched_insert_all(self) -> MergeInsertBuilder:
+        """Insert source rows that match no row of the table."""
+        self._insert = True
+        return self
+
+    def when_not_matched_by_source_delete(self, expr: str | None = None) -> MergeInsertBuilder:
+        """Delete table rows no source row matches (only those where ``expr`` holds)."""
+        if expr is not None:
+            compile_filter(expr, self._snapshot.schema.to_arrow())
+        self._delete, self._delete_expr = True, expr
+        return self
+
+    def conflict_retries(self, retries: int) -> MergeInsertBuilder:
+        """How many times to plan again after a retryable conflict (default 10)."""
+        check_retries(retries)
+        self._retries = retries
+        return self
+
+    def _check_condition(self, condition: str) -> None:
+        arrow = self._snapshot.schema.to_arrow()
+        struct = pa.struct(list(arrow))
+        compile_filter(condition, pa.schema([("source", struct), ("target", struct)]),
+                       extra_columns=())
+
+    async def execute(self, data: Any, *, schema: pa.Schema | None = None) -> MergeInsertResult:
+        """Run the merge with ``data`` as the source and commit it; returns the counts."""
+        if not (self._update or self._insert or self._delete):
+            raise InvalidInputError("merge_insert does nothing: call when_matched_update_all, "
+                                    "when_not_matched_insert_all or "
+                                    "when_not_matched_by_source_delete first")
+        check_writable(self._snapshot)
+        _, batches = await record_batch_stream(data, schema)
+        table = pa.Table.from_batches([b async for b in batches])
+        source = _source_table(table, self._snapshot.schema.to_arrow(), self._keys)
+        (snap, stats), attempts = await with_replanning(
+            self._store, self._handler, self._snapshot,
+            lambda s: self._attempt(s, source), self._retries)
+        return MergeInsertResult(self._wrap(snap), *stats, num_attempts=attempts)
+
+    # -- one plan + commit ----------------------------------------------------------------
+    async def _target_rows(self, ctx: ReadContext) -> pa.Table:
+        arrow = ctx.schema.to_arrow()
+        columns = list(self._keys)
+        if self._delete_expr is not None:
+            _, used = compile_filter_and_columns(self._delete_expr, arrow)
+            columns += [c for c in used if c not in columns]
+        scanner = Scanner(ctx, columns=columns, with_row_address=True)
+        out_schema = pa.schema([arrow.field(c) for c in columns]).append(
+            pa.field(ROW_ADDRESS, pa.uint64()))
+        batches = [storage_batch(b, out_schema) async for b in scanner.to_batches()]
+        return pa.Table.from_batches(batches, schema=out_schema)
+
+    async def _attempt(self, snap: Snapshot, source: pa.Table,
+                       ) -> tuple[Snapshot, tuple[int, int, int]]:
+        ctx = ReadContext(self._store, snap)
+        target = await self._target_rows(ctx)
+        keys = self._keys
+        s_idx, t_idx, only_source, only_target = _match(source.select(keys),
+                                                        target.select(keys))
+        updated_src = np.empty(0, np.int64)
+        updated_tgt = np.empty(0, np.int64)
+        if self._update and len(s_idx):
+            if self._condition is not None:
+                addresses = target.column(ROW_ADDRESS).to_numpy()
+                matched = await _rows_at(ctx, addresses[t_idx], source.column_names)
+                batch = _struct_batch(source.take(s_idx), matched)
+                expr = compile_filter(self._condition, batch.schema, extra_columns=())
+                keep = _mask(batch, expr)
+                s_idx, t_idx = s_idx[keep], t_idx[keep]
+            updated_src, updated_tgt = sorted_unique(s_idx), t_idx
+        inserted_src = only_source if self._insert else np.empty(0, np.int64)
+        deleted_tgt = np.empty(0, np.int64)
+        if self._delete and len(only_target):
+            t_idx = only_target
+            if self._delete_expr is not None:
+                candidates = target.drop_columns([ROW_ADDRESS]).take(t_idx)
+                expr = compile_filter(self._delete_expr, candidates.schema)
+                t_idx = t_idx[_mask(candidates, expr)]
+            deleted_tgt = t_idx
+        addresses = target.column(ROW_ADDRESS).to_numpy()
+        gone = np.concatenate([addresses[updated_tgt], addresses[deleted_tgt]])
+        new_rows = source.take(np.concatenate([updated_src, inserted_src]))
+        inserted_keys = source.select(keys).take(inserted_src)
+
+        async def rows() -> Any:
+            for batch in new_rows.to_batches():
+                yield batch
+
+        fragments = await write_rows(ctx, rows())
+        written = WrittenFiles()
+        try:
+            by_fragment = split_addresses(gone)
+            updated, removed = await apply_deletions(ctx, by_fragment, written)
+            field_ids = [f.id for f in snap.schema.fields]
+            txn = new_update(snap.version, removed_fragment_ids=removed,
+                             updated_fragments=updated, new_fragments=fragments,
+                             fields_for_preserving_frag_bitmap=field_ids)
+            check = _InsertedKeysCheck(self._store, keys, inserted_keys) if (
+                inserted_keys.num_rows) else None
+            new = await commit_transaction(self._store, self._handler, snap, txn,
+                                           max_retries=DEFAULT_MAX_RETRIES,
+                                           affected_rows=by_fragment,
+                                           check=check)
+        except BaseException:
+            await written.remove_all(self._store)
+            await delete_fragment_files(self._store, fragments)
+            raise
+        await written.remove_unreferenced(self._store, new.fragments)
+        return new, (len(inserted_src), len(updated_src), len(deleted_tgt))
+
+
+async def _rows_at(ctx: ReadContext, addresses: np.ndarray, names: list[str]) -> pa.Table:
+    """Columns ``names`` of the rows at (unique) ``addresses``, in the order given."""
+    fields = [ctx.schema.field(n) for n in names]
+    schema = pa.schema([f.to_arrow() for f in fields])
+    order = np.argsort(addresses, kind="stable")
+    by_id = {f.id: f for f in ctx.snapshot.fragments}
+    parts = [await ctx.fragment(by_id[fid]).read_rows(fields, offsets.astype(np.int64))
+             for fid, offsets in split_addresses(addresses).items()]
+    in_order = pa.Table.from_batches([storage_batch(b, schema) for b in parts], schema=schema)
+    if in_order.num_rows != len(addresses):
+        raise InvalidInputError("merge_insert: table rows to compare are not unique")
+    return in_order.take(pa.array(np.argsort(order)))
+
+
+def _match(source: pa.Table, target: pa.Table,
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Match key rows: (source, target) positions of matched pairs, then the positions of
+    source rows and of target rows matching nothing (all sorted). Null keys never match."""
+    n_src, n_tgt = source.num_rows, target.num_rows
+    if source.num_columns == 1:
+        # one key: look every table key up among the source keys (unique, no nulls)
+        found = _dense_lookup(source.column(0), target.column(0))
+        if found is None:
+            hit = pc.index_in(target.column(0), value_set=source.column(0).combine_chunks())
+            found = hit.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        t_idx = np.flatnonzero(found >= 0)
+        s_idx = found[t_idx]
+        seen = np.zeros(n_src, dtype=bool)
+        seen[s_idx] = True
+        return s_idx, t_idx, np.flatnonzero(~seen), np.flatnonzero(found < 0)
+    keys = source.column_names
+    left = source.append_column(_SRC, pa.array(np.arange(n_src)))
+    right = target.append_column(_TGT, pa.array(np.arange(n_tgt)))
+    joined = left.join(right, keys=keys, join_type="full outer")
+    src = joined.column(_SRC).fill_null(-1).to_numpy()
+    tgt = joined.column(_TGT).fill_null(-1).to_numpy()
+    both = (src >= 0) & (tgt >= 0)
+    order = np.argsort(tgt[both], kind="stable")
+    return (src[both][order], tgt[both][order], np.sort(src[tgt < 0]),
+            np.sort(tgt[src < 0]))
+
+
+def _dense_lookup(source: pa.ChunkedArray, target: pa.ChunkedArray) -> np.ndarray | None:
+    """For integer keys in a compact range: each target key's source position (-1: none),
+    through a direct-address table instead of hashing. ``None`` when keys do not suit."""
+    if not pa.types.is_integer(source.type) or not len(source) or not len(target):
+        return None
+    src = source.to_numpy()
+    tgt = target.fill_null(0).to_numpy() if target.null_count else target.to_numpy()
+    lo = min(int(src.min()), int(tgt.min()))
+    hi = max(int(src.max()), int(tgt.max()))
+    if hi - lo + 1 > 4 * (len(src) + len(tgt)) + 1024 or hi >= 2**63 or lo < -(2**63):
+        return None
+    table = np.full(hi - lo + 1, -1, dtype=np.int64)
+    table[src.astype(np.int64) - lo] = np.arange(len(src))
+    found = table[tgt.astype(np.int64) - lo]
+    if target.null_count:
+        found[~target.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return found
+
+
+def _mask(rows: pa.Table | pa.RecordBatch, expr: pc.Expression) -> np.ndarray:
+    """Positions of ``rows`` where ``expr`` is true (null counts as false)."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    numbered = table.append_column("__alance_pos", pa.array(np.arange(table.num_rows)))
+    try:
+        kept = numbered.filter(expr)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidInputError(f"cannot evaluate merge condition: {exc}") from exc
+    return kept.column("__alance_pos").to_numpy()
+
+
+class _InsertedKeysCheck:
+    """Refuses the commit when a concurrent commit added a row with a key we insert."""
+
+    def __init__(self, store: DatasetStore, keys: list[str], inserted: pa.Table) -> None:
+        self.store = store
+        self.keys = keys
+        self.inserted = inserted
+
+    async def __call__(self, others: Sequence[tuple[int, Transaction]], latest: Snapshot,
+                       ) -> None:
+        ctx = ReadContext(self.store, latest)
+        fields = [ctx.schema.field(k) for k in self.keys]
+        for version, txn in others:
+            for frag in added_fragments(txn):
+                found = await ctx.fragment(frag).read_range(fields, 0, int(frag.physical_rows))
+                theirs = pa.Table.from_batches([storage_batch(
+                    found, pa.schema([f.to_arrow() for f in fields]))])
+                if not theirs.num_rows:
+                    continue
+                clash = self.inserted.join(theirs, keys=self.keys, join_type="inner")
+                if clash.num_rows:
+                    raise RetryableCommitConflictError(
+                        f"version {version} inserted rows with keys this merge_insert inserts "
+                        f"(e.g. {clash.slice(0, 1).to_pylist()[0]}); planning it again")

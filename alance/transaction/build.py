@@ -1,0 +1,308 @@
+"""Applying a transaction to the latest manifest: the manifest of the next version.
+
+:func:`build_manifest` is pure: given the newest committed manifest file and a transaction it
+returns the next manifest file. Because it starts from whatever version is newest, a
+transaction that lost a commit race is committed again by simply building it anew on the
+winner's version (after :mod:`alance.transaction.conflicts` said that is allowed).
+
+Rules followed (as Lance applies them):
+
+* new fragments get ids from ``max_fragment_id + 1`` on (an Overwrite restarts at 0); a
+  fragment that already carries a non-zero id keeps it (ids reserved earlier);
+* fragments stay sorted by id; data files left holding only dropped fields (-2) are removed;
+* ``max_fragment_id`` is a high-water mark: it never goes down, even when fragments go;
+* feature flags are recomputed from the content (deletion files -> the deletion flag);
+* index metadata is carried and adjusted (see :mod:`alance.transaction.indices`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from alance import __version__
+from alance._proto import table_pb2, transaction_pb2
+from alance.errors import InvalidInputError, RetryableCommitConflictError, UnsupportedFeatureError
+from alance.format.feature_flags import apply_feature_flags, check_writer_flags
+from alance.format.manifest import ManifestFile, make_writer_version
+from alance.transaction import indices as ix
+from alance.transaction.operations import (
+    config_changes,
+    operation_name,
+    rewrite_groups,
+    schema_protos,
+)
+
+Fragment = table_pb2.DataFragment
+TOMBSTONE = -2
+
+#: Operations :func:`build_manifest` applies.
+BUILDABLE = frozenset({
+    "append", "delete", "overwrite", "create_index", "rewrite", "merge", "restore",
+    "reserve_fragments", "update", "project", "update_config", "data_replacement",
+})
+
+
+def next_fragment_id(manifest: table_pb2.Manifest) -> int:
+    """The first fragment id not used yet (one past the high-water mark)."""
+    if manifest.HasField("max_fragment_id"):
+        return int(manifest.max_fragment_id) + 1
+    return max((int(f.id) + 1 for f in manifest.fragments), default=0)
+
+
+class _Ids:
+    """Hands out fragment ids to new fragments that do not have one yet."""
+
+    def __init__(self, first: int) -> None:
+        self.next = first
+
+    def assign(self, fragments: Iterable[Fragment]) -> list[Fragment]:
+        out = []
+        for frag in fragments:
+            new = Fragment()
+            new.CopyFrom(frag)
+            if new.id == 0:
+                new.id = self.next
+                self.next += 1
+            out.append(new)
+        return out
+
+
+def _copies(fragments: Iterable[Fragment]) -> list[Fragment]:
+    out = []
+    for frag in fragments:
+        new = Fragment()
+        new.CopyFrom(frag)
+        out.append(new)
+    return out
+
+
+def _replace(fragments: list[Fragment], removed: Iterable[int],
+             updated: Iterable[Fragment]) -> list[Fragment]:
+    gone = set(removed)
+    by_id = {f.id: f for f in _copies(updated)}
+    return [by_id.get(f.id, f) for f in fragments if f.id not in gone]
+
+
+def _rewrite(fragments: list[Fragment], txn: transaction_pb2.Transaction, ids: _Ids,
+             version: int) -> tuple[list[Fragment], list[tuple[list[Fragment], list[Fragment]]]]:
+    """Fragments after the rewrite, and its groups with the new fragments' final ids."""
+    done = []
+    for old, new in rewrite_groups(txn.rewrite):
+        if not old:
+            continue
+        wanted = [f.id for f in old]
+        positions = {f.id: i for i, f in enumerate(fragments)}
+        if any(fid not in positions for fid in wanted):
+            raise RetryableCommitConflictError(
+                f"version {version} no longer has a fragment the rewrite replaces")
+        start = positions[wanted[0]]
+        added = ids.assign(new)
+        done.append((old, added))
+        if [f.id for f in fragments[start:start + len(wanted)]] == wanted:
+            fragments[start:start + len(wanted)] = added
+        else:
+            gone = set(wanted)
+            fragments = [f for f in fragments if f.id not in gone] + added
+    return fragments, done
+
+
+def _replace_data(fragments: list[Fragment], txn: transaction_pb2.Transaction) -> list[Fragment]:
+    groups = list(txn.data_replacement.replacements)
+    if len({tuple(g.new_file.fields) for g in groups}) > 1:
+        raise InvalidInputError("all replacement data files must hold the same fields")
+    by_id = {f.id: f for f in fragments}
+    for group in groups:
+        frag = by_id.get(group.fragment_id)
+        if frag is None:
+            raise InvalidInputError(f"data replacement: no fragment {group.fragment_id}")
+        new_file = group.new_file
+        before = frag.SerializeToString(deterministic=True)
+        covered: set[int] = set()
+        for f in frag.files:
+            if (list(f.fields) == list(new_file.fields)
+                    and f.file_major_version == new_file.file_major_version
+                    and f.file_minor_version == new_file.file_minor_version):
+                f.path = new_file.path
+                f.file_size_bytes = new_file.file_size_bytes
+            covered.update(f.fields)
+        if covered.isdisjoint(new_file.fields):
+            frag.files.add().CopyFrom(new_file)
+        if frag.SerializeToString(deterministic=True) == before:
+            raise InvalidInputError(
+                f"data replacement: the new file matches no data file of fragment {frag.id}")
+    return fragments
+
+
+def _apply_config(manifest: table_pb2.Manifest, txn: transaction_pb2.Transaction) -> None:
+    changes = config_changes(txn.update_config)
+    if changes.config is not None:
+        _set_map(manifest.config, changes.config.apply(dict(manifest.config)))
+    if changes.table_metadata is not None:
+        _set_map(manifest.table_metadata,
+                 changes.table_metadata.apply(dict(manifest.table_metadata)))
+    if changes.schema_metadata is not None:
+        current = {k: v.decode("utf-8", "surrogateescape")
+                   for k, v in manifest.schema_metadata.items()}
+        new = changes.schema_metadata.apply(current)
+        _set_map(manifest.schema_metadata,
+                 {k: v.encode("utf-8", "surrogateescape") for k, v in new.items()})
+    fields = {f.id: f for f in manifest.fields}
+    for field_id, update in changes.field_metadata.items():
+        field = fields.get(field_id)
+        if field is None:
+            raise InvalidInputError(f"update_config: no field with id {field_id}")
+        current = {k: v.decode("utf-8", "surrogateescape") for k, v in field.metadata.items()}
+        new = update.apply(current)
+        _set_map(field.metadata, {k: v.encode("utf-8", "surrogateescape")
+                                  for k, v in new.items()})
+
+
+def _set_map(target: object, values: Mapping[str, object]) -> None:
+    target.clear()  # type: ignore[attr-defined]
+    target.update(values)  # type: ignore[attr-defined]
+
+
+def _finish(manifest: table_pb2.Manifest, txn: transaction_pb2.Transaction,
+            transaction_file: str) -> None:
+    manifest.transaction_file = transaction_file
+    ns = time.time_ns()
+    manifest.timestamp.seconds, manifest.timestamp.nanos = divmod(ns, 1_000_000_000)
+    if txn.tag:
+        manifest.tag = txn.tag
+
+
+def _restored(base: ManifestFile, txn: transaction_pb2.Transaction, transaction_file: str,
+              source: ManifestFile | None) -> ManifestFile:
+    if source is None or source.manifest.version != txn.restore.version:
+        raise InvalidInputError(f"restore: the manifest of version {txn.restore.version} "
+                                "must be supplied")
+    manifest = table_pb2.Manifest()
+    manifest.CopyFrom(source.manifest)
+    for name in ("tag", "version_aux_data"):
+        manifest.ClearField(name)  # type: ignore[arg-type]
+    manifest.version = base.manifest.version + 1
+    _finish(manifest, txn, transaction_file)
+    return ManifestFile(manifest=manifest, index_section=source.index_section, transaction=txn,
+                        prelude=source.prelude)
+
+
+def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, *,
+                   transaction_file: str, data_storage_version: str = "0.1",
+                   prelude: bytes | None = None,
+                   restore_source: ManifestFile | None = None) -> ManifestFile:
+    """The manifest file of the version that applying ``txn`` to ``base`` produces.
+
+    ``base`` is the newest committed version (``None`` only when an Overwrite creates the
+    dataset). ``prelude`` holds the dictionary values an Overwrite's schema points to (v0.1/v0.2
+    files); other operations keep the base's. A Restore needs the manifest file of the version
+    it restores as ``restore_source``. Everything of ``base`` alance does not interpret is
+    carried over unchanged.
+    """
+    op = operation_name(txn)
+    if op not in BUILDABLE:
+        raise UnsupportedFeatureError(f"alance cannot commit a {op} operation")
+    if base is not None:
+        check_writer_flags(base.manifest.writer_feature_flags)
+    elif op != "overwrite":
+        raise InvalidInputError(f"cannot commit a {op} to a dataset that does not exist")
+    if op == "restore":
+        assert base is not None
+        return _restored(base, txn, transaction_file, restore_source)
+
+    manifest = table_pb2.Manifest()
+    if base is not None:
+        manifest.CopyFrom(base.manifest)
+        manifest.version = base.manifest.version + 1
+        for name in ("tag", "version_aux_data"):
+            manifest.ClearField(name)  # type: ignore[arg-type]
+        fragments = _copies(base.manifest.fragments)
+        indices = [_copy_index(i) for i in base.indices]
+    else:
+        manifest.version = 1
+        manifest.data_format.file_format = "lance"
+        manifest.data_format.version = data_storage_version
+        fragments, indices = [], []
+    new_schema = schema_protos(txn)
+    if new_schema is not None:
+        del manifest.fields[:]
+        manifest.fields.extend(new_schema)
+    if op in ("overwrite", "merge"):
+        metadata = txn.overwrite.schema_metadata if op == "overwrite" else txn.merge.schema_metadata
+        _set_map(manifest.schema_metadata, dict(metadata))
+    field_ids = {int(f.id) for f in manifest.fields}
+    ids = _Ids(0 if op == "overwrite" else next_fragment_id(manifest))
+
+    if op == "append":
+        fragments += ids.assign(txn.append.fragments)
+    elif op == "delete":
+        fragments = _replace(fragments, txn.delete.deleted_fragment_ids,
+                             txn.delete.updated_fragments)
+        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
+    elif op == "update":
+        upd = txn.update
+        fragments = _replace(fragments, upd.removed_fragment_ids, upd.updated_fragments)
+        ix.prune_modified_fields(indices, [f.id for f in upd.updated_fragments],
+                                 upd.fields_modified)
+        fragments += ids.assign(upd.new_fragments)
+        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
+    elif op == "overwrite":
+        fragments = ids.assign(txn.overwrite.fragments)
+        indices = []
+        if base is not None:
+            manifest.data_format.version = data_storage_version
+    elif op == "rewrite":
+        fragments, groups = _rewrite(fragments, txn, ids, manifest.version - 1)
+        ix.apply_rewrite(indices, list(txn.rewrite.rewritten_indices), groups)
+    elif op == "create_index":
+        ci = txn.create_index
+        names = {i.name for i in ci.new_indices}
+        removed = {i.uuid.uuid for i in ci.removed_indices}
+        indices = [i for i in indices if i.name not in names and i.uuid.uuid not in removed]
+        indices += [_copy_index(i) for i in ci.new_indices]
+    elif op == "merge":
+        fragments = _copies(txn.merge.fragments)
+        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
+    elif op == "project":
+        for frag in fragments:
+            keep = [f for f in frag.files if any(fid in field_ids for fid in f.fields)]
+            del frag.files[:]
+            frag.files.extend(keep)
+        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
+    elif op == "data_replacement":
+        fragments = _replace_data(fragments, txn)
+    # reserve_fragments and update_config leave fragments and indices alone
+
+    fragments.sort(key=lambda f: f.id)
+    for frag in fragments:
+        if any(all(fid == TOMBSTONE for fid in f.fields) for f in frag.files):
+            keep = [f for f in frag.files if any(fid != TOMBSTONE for fid in f.fields)]
+            del frag.files[:]
+            frag.files.extend(keep)
+    del manifest.fragments[:]
+    manifest.fragments.extend(fragments)
+    if fragments:
+        top = max(f.id for f in fragments)
+        if not manifest.HasField("max_fragment_id") or manifest.max_fragment_id < top:
+            manifest.max_fragment_id = top
+    if op == "overwrite":
+        manifest.config.update(txn.overwrite.config_upsert_values)
+    elif op == "update_config":
+        _apply_config(manifest, txn)
+    elif op == "reserve_fragments":
+        current = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else 0
+        manifest.max_fragment_id = current + txn.reserve_fragments.num_fragments
+    apply_feature_flags(manifest)
+    manifest.writer_version.CopyFrom(make_writer_version(__version__))
+    _finish(manifest, txn, transaction_file)
+    if op != "overwrite":
+        prelude = base.prelude if base is not None else b""
+    section = table_pb2.IndexSection(indices=indices) if indices else None
+    return ManifestFile(manifest=manifest, index_section=section, transaction=txn,
+                        prelude=prelude or b"")
+
+
+def _copy_index(index: table_pb2.IndexMetadata) -> table_pb2.IndexMetadata:
+    new = table_pb2.IndexMetadata()
+    new.CopyFrom(index)
+    return new
