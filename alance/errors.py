@@ -17,6 +17,7 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
     │   └── IncompatibleTransactionError   (cannot succeed as planned; do not retry blindly)
     └── StoreError
         ├── TransientStoreError       (retried by alance before it reaches you)
+        ├── CommitOutcomeUnknownError (a commit may or may not have happened)
         └── PermissionDeniedError     (also PermissionError)
 
 Lower layers (obstore, protobuf, pyarrow) are mapped to these at the boundary where alance calls
@@ -107,6 +108,14 @@ class TransientStoreError(StoreError):
     """
 
 
+class CommitOutcomeUnknownError(StoreError):
+    """The store failed while a manifest was being committed, and reading it back failed too.
+
+    The new version may or may not exist. Nothing the commit wrote was deleted (a committed
+    version may reference it); open the dataset again to see which it is.
+    """
+
+
 class PermissionDeniedError(StoreError, PermissionError):
     """The store refused the credentials or the access (never retried)."""
 
@@ -115,6 +124,7 @@ __all__ = [
     "AlanceError",
     "AlreadyExistsError",
     "CommitConflictError",
+    "CommitOutcomeUnknownError",
     "CorruptFileError",
     "DatasetNotFoundError",
     "IncompatibleTransactionError",

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from alance import _loop
 from alance._proto import table_pb2
-from alance.commit.handler import CommitHandler
+from alance.commit.registry import HandlerSpec
 from alance.dataset import dataset as _async
 from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
 from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
@@ -228,7 +228,7 @@ class MergeInsertBuilder:
 
 def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 commit_handler: CommitHandler | None = None) -> LanceDataset:
+                 commit_handler: HandlerSpec = None) -> LanceDataset:
     """Blocking :func:`alance.open_dataset`."""
     return LanceDataset(_loop.run(_async.open_dataset(
         uri, version, storage_options=storage_options, commit_handler=commit_handler)))

@@ -1,6 +1,10 @@
-"""alance vs pylance, side by side on the same synthetic table (v0.2 / "legacy" data files).
+"""alance vs pylance, side by side on the same synthetic table.
 
     python benchmarks/compare_pylance.py [--rows 2000000] [--repeat 3] [--profile auto]
+                                         [--format legacy|2.1|2.2]
+
+``--format`` is the data storage version of the dataset pylance writes and both engines read
+(default ``legacy``, i.e. v0.2 files; ``2.2`` is what pylance writes by default).
 
 Each operation is timed as the best of ``--repeat`` runs, for pylance, alance's async API (one
 event loop kept for all runs) and the blocking facade ``alance.sync``. Both engines write the
@@ -94,7 +98,7 @@ def same_table(theirs: pa.Table, ours: pa.Table) -> None:
 
 
 def build_ops(table: pa.Table, base: Path, loop: asyncio.AbstractEventLoop, seed: int,
-              ) -> list[Op]:
+              fmt: str = "legacy") -> list[Op]:
     rows = table.num_rows
     counter = iter(range(10**9))
 
@@ -104,7 +108,7 @@ def build_ops(table: pa.Table, base: Path, loop: asyncio.AbstractEventLoop, seed
 
     def py_write() -> str:
         uri = fresh("pylance")
-        lance.write_dataset(table, uri, data_storage_version="legacy")
+        lance.write_dataset(table, uri, data_storage_version=fmt)
         return uri
 
     async def al_write() -> str:
@@ -166,12 +170,13 @@ def run(args: argparse.Namespace) -> None:
     table = make_table(args.rows, args.seed)
     print(f"table: {args.rows:,} rows, {table.nbytes / 2**20:.0f} MiB in memory "
           f"(built in {time.perf_counter() - t0:.1f}s); best of {args.repeat} runs; "
-          f"pylance {lance.__version__}, alance {alance.__version__}", flush=True)
+          f"pylance {lance.__version__}, alance {alance.__version__}; "
+          f"files: {args.format}", flush=True)
     loop = asyncio.new_event_loop()
     base = Path(tempfile.mkdtemp(prefix="alance-bench-"))
     results: list[tuple[str, float, float, float]] = []
     try:
-        ops = build_ops(table, base, loop, args.seed)
+        ops = build_ops(table, base, loop, args.seed, args.format)
         wanted = set(args.only.split(",")) if args.only else None
         for op in ops:
             if wanted and op.name not in wanted:
@@ -233,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="operation to profile with cProfile, 'auto' (slowest relative to "
                              "pylance) or 'none'")
     parser.add_argument("--profile-lines", type=int, default=25)
+    parser.add_argument("--format", default="legacy", choices=["legacy", "2.1", "2.2"],
+                        help="data storage version of the dataset pylance writes")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.repeat < 1:
         parser.error("--rows and --repeat must be at least 1")

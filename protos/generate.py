@@ -25,7 +25,15 @@ from pathlib import Path
 PROTO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROTO_DIR.parent
 OUT_DIR = REPO_ROOT / "alance" / "_proto"
-PROTOS = ("file.proto", "rowids.proto", "table.proto", "transaction.proto")
+PROTOS = (
+    "encodings_v2_0.proto",
+    "encodings_v2_1.proto",
+    "file.proto",
+    "file2.proto",
+    "rowids.proto",
+    "table.proto",
+    "transaction.proto",
+)
 MODULES = tuple(p.removesuffix(".proto") + "_pb2" for p in PROTOS)
 
 INIT_TEXT = '''"""Generated protobuf bindings for the Lance format (do not edit by hand).
@@ -33,9 +41,25 @@ INIT_TEXT = '''"""Generated protobuf bindings for the Lance format (do not edit 
 Regenerate with ``.venv/bin/python protos/generate.py``; sources live in ``protos/``.
 """
 
-from . import file_pb2, rowids_pb2, table_pb2, transaction_pb2
+from . import (
+    encodings_v2_0_pb2,
+    encodings_v2_1_pb2,
+    file2_pb2,
+    file_pb2,
+    rowids_pb2,
+    table_pb2,
+    transaction_pb2,
+)
 
-__all__ = ["file_pb2", "rowids_pb2", "table_pb2", "transaction_pb2"]
+__all__ = [
+    "encodings_v2_0_pb2",
+    "encodings_v2_1_pb2",
+    "file2_pb2",
+    "file_pb2",
+    "rowids_pb2",
+    "table_pb2",
+    "transaction_pb2",
+]
 '''
 
 # `import table_pb2 as table__pb2` (runtime) and `import table_pb2` (stubs).

@@ -11,7 +11,7 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.errors import UnrepresentableValueError, UnsupportedFeatureError
+from alance.errors import UnrepresentableValueError
 from tests.test_dataset import all_types_table
 
 
@@ -119,14 +119,13 @@ def test_alternating_appends(local_uri: str) -> None:
     assert frags == list(range(7))
 
 
-def test_pylance_v2_files_open_but_data_refused(tmp_path) -> None:
+def test_pylance_v2_files_read(tmp_path) -> None:
     uri = str(tmp_path / "v2.lance")
     lance.write_dataset(sample(10), uri)
     ds = al.open_dataset(uri)
     assert ds.count_rows() == 10
     assert ds.schema.equals(lance.dataset(uri).schema)
-    with pytest.raises(UnsupportedFeatureError):
-        ds.to_table()
+    assert ds.to_table().equals(lance.dataset(uri).to_table())
 
 
 def test_pylance_legacy_dictionary_alance_reads(tmp_path) -> None:

@@ -91,13 +91,20 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
             calls.append(list(ranges))
             return await self.inner.get_ranges(key, ranges, coalesce)
 
-    store = open_store(local_uri, {"max_concurrency": 3, "wrap_backend": Counting})
+    store = open_store(local_uri, {"max_concurrency": 3, "coalesce_bytes": 0,
+                                   "wrap_backend": Counting})
     store.split_bytes = 1000
     payload = bytes(range(256)) * 40  # 10,240 bytes
     await store.put("blob", payload)
     got = await store.get_ranges("blob", [(0, 10_240), (5, 7), (100, 3_100), (9, 9)])
     assert [bytes(g) for g in got] == [payload, payload[5:7], payload[100:3_100], b""]
-    # the two long ranges went out as 1000-byte pieces; the short one by itself
+    # overlapping ranges are merged (coalesce_bytes=0 still merges overlaps), and the long
+    # result goes out as 1000-byte pieces, one request each
     pieces = sorted(r for c in calls for r in c)
-    assert (5, 7) in pieces and all(e - s <= 1000 for s, e in pieces)
-    assert len(pieces) == 1 + 11 + 3
+    assert all(len(c) == 1 for c in calls)
+    assert pieces == [(i, min(i + 1000, 10_240)) for i in range(0, 10_240, 1000)]
+    calls.clear()
+    store.coalesce_bytes = 100
+    got = await store.get_ranges("blob", [(0, 10), (50, 60), (500, 510)])
+    assert [bytes(g) for g in got] == [payload[0:10], payload[50:60], payload[500:510]]
+    assert sorted(r for c in calls for r in c) == [(0, 60), (500, 510)]

@@ -32,9 +32,11 @@ from alance.errors import (
     AlanceError,
     AlreadyExistsError,
     CommitConflictError,
+    CommitOutcomeUnknownError,
     CorruptFileError,
     InvalidInputError,
     NotFoundError,
+    StoreError,
 )
 from alance.format.manifest import (
     LATEST_VERSION_HINT_NAME,
@@ -117,6 +119,8 @@ async def commit_transaction(
                        affected_rows, check)
     try:
         snap = await loop.run(base, txn, max_retries, must_create)
+    except CommitOutcomeUnknownError:
+        raise  # a committed version may reference what this commit wrote: keep it all
     except BaseException:
         await loop.cleanup(None)
         raise
@@ -170,6 +174,23 @@ class _CommitLoop:
                               data_storage_version=self.data_storage_version,
                               prelude=self.prelude, restore_source=self.restore_source)
 
+    async def _outcome(self, version: int, txn: Transaction, error: StoreError | None,
+                       ) -> Snapshot | None:
+        """Whether ``txn`` is what ``version`` holds: its snapshot, or ``None`` if not.
+
+        After a store error (``error``), failing to find out raises
+        :class:`CommitOutcomeUnknownError`; the files this commit wrote are then kept.
+        """
+        try:
+            return await _committed_by(self.store, self.handler, version, txn)
+        except AlanceError as exc:
+            if error is None:
+                raise
+            raise CommitOutcomeUnknownError(
+                f"committing version {version} of {self.store.uri} failed ({error}) and "
+                f"reading it back failed too ({exc}); it may or may not have been committed"
+            ) from error
+
     async def run(self, base: Snapshot | None, txn: Transaction, max_retries: int,
                   must_create: bool) -> Snapshot:
         current = base
@@ -184,7 +205,22 @@ class _CommitLoop:
             try:
                 location = await self.handler.commit(self.store, mf.manifest.version,
                                                      encode_manifest_file(mf), scheme)
+            except StoreError as exc:
+                # The manifest may have been written before the failure (a lost response):
+                # read the version back to learn what happened.
+                outcome = await self._outcome(mf.manifest.version, txn, exc)
+                if outcome is not None:
+                    await _write_hint(self.store, outcome.version)
+                    return outcome
+                if attempt == max_retries:
+                    raise
+                await asyncio.sleep(backoff_delay(attempt))
+                continue  # the version is still free: try the same commit again
             except CommitConflictError:
+                outcome = await self._outcome(mf.manifest.version, txn, None)
+                if outcome is not None:  # our own earlier attempt landed after all
+                    await _write_hint(self.store, outcome.version)
+                    return outcome
                 if must_create:
                     raise AlreadyExistsError(
                         f"a dataset already exists at {self.store.uri}") from None
@@ -212,6 +248,21 @@ class _CommitLoop:
             return Snapshot(location, mf)
         raise CommitConflictError(
             f"commit to {self.store.uri} lost {max_retries + 1} races in a row; giving up")
+
+
+async def _committed_by(store: DatasetStore, handler: CommitHandler, version: int,
+                        txn: Transaction) -> Snapshot | None:
+    """The snapshot of ``version`` if ``txn`` created it, else ``None`` (version absent or
+    someone else's). Store failures propagate."""
+    try:
+        snap = await load_snapshot(store, handler, version)
+    except NotFoundError:
+        return None
+    inline = snap.manifest_file.transaction
+    if inline is not None:
+        return snap if inline.uuid == txn.uuid else None
+    name = transaction_file_name(txn.read_version, txn.uuid)
+    return snap if snap.manifest.transaction_file == name else None
 
 
 async def _write_hint(store: DatasetStore, version: int) -> None:

@@ -18,6 +18,8 @@ import pyarrow as pa
 from alance.errors import CorruptFileError, InvalidInputError, PathOutsideDatasetError
 from alance.format.legacy.reader import LegacyFileReader, open_file
 from alance.format.schema import LanceSchema
+from alance.format.v2.container import open_file as open_v2_file
+from alance.format.v2.reader import V2FileReader
 from alance.io.store import DatasetStore
 
 T = TypeVar("T")
@@ -78,14 +80,47 @@ class _LruCache:
 _FILE_CACHE = _LruCache(max_bytes=64 * 1024 * 1024)
 
 
-class DataFileReader:
-    """An opened v0.1/v0.2 data file of a dataset: row groups and random access."""
+#: Scan chunks of 2.x files start at multiples of this many rows (2.x files have no row
+#: groups; mini-blocks usually hold 1024 or fewer values).
+V2_ROW_STEP = 1024
 
-    def __init__(self, store: DatasetStore, path: str, reader: LegacyFileReader) -> None:
+
+class DataFileReader:
+    """An opened data file of a dataset (v0.1/v0.2 or 2.x): row ranges and random access."""
+
+    def __init__(self, store: DatasetStore, path: str,
+                 reader: LegacyFileReader | V2FileReader) -> None:
         self.store = store
         self.path = path
         self._reader = reader
-        self.row_group_bounds: np.ndarray = reader.file.batch_offsets
+        if isinstance(reader, V2FileReader):
+            n = reader.num_rows
+            self.row_group_bounds: np.ndarray = np.append(
+                np.arange(0, n, V2_ROW_STEP, dtype=np.int64), n)
+        else:
+            self.row_group_bounds = reader.file.batch_offsets
+
+    @classmethod
+    async def open_v2(cls, store: DatasetStore, path: str, schema: LanceSchema,
+                      size: int | None, columns: Mapping[int, int]) -> DataFileReader:
+        """Open a 2.x data file (footer, offset tables, column metadata: usually one request).
+
+        ``columns`` maps leaf field ids to the file's column indices. Opened files (and the
+        page state later reads gather) are remembered process-wide.
+        """
+        key = ("v2", store.limiter_key, store.root, path, size)
+        file = _FILE_CACHE.get(key)
+        if file is None:
+            if size is None:
+                size = (await store.head(path)).size
+            try:
+                file = await run_plan(open_v2_file(size), store, path)
+            except PathOutsideDatasetError:
+                raise
+            except InvalidInputError as exc:
+                raise CorruptFileError(f"{path}: {exc}") from exc
+            _FILE_CACHE.put(key, file, len(file.tail) + 4096)
+        return cls(store, path, V2FileReader(file, schema, columns=columns))
 
     @classmethod
     async def open(cls, store: DatasetStore, path: str, schema: LanceSchema, size: int | None,

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
-from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler
+from alance.commit.handler import CommitHandler
+from alance.commit.registry import HandlerSpec, commit_handler_for
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.delete import delete_rows
 from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
@@ -27,6 +28,7 @@ from alance.dataset.write import (
     WriteParams,
     delete_fragment_files,
     dictionary_prelude,
+    removed_on_failure,
     storage_version_for,
     write_fragments,
 )
@@ -47,8 +49,10 @@ from alance.transaction.operations import new_append, new_overwrite
 WriteMode = Literal["create", "append", "overwrite"]
 
 
-def _handler_for(store: DatasetStore, handler: CommitHandler | None) -> CommitHandler:
-    return handler if handler is not None else ConditionalPutCommitHandler()
+def _handler_for(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None,
+                 handler: HandlerSpec) -> CommitHandler:
+    """The commit handler: ``handler`` if given (object or dotted name), else by URI scheme."""
+    return commit_handler_for(uri, storage_options, handler)
 
 
 class LanceDataset:
@@ -218,13 +222,16 @@ class LanceDataset:
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,
                        storage_options: Mapping[str, Any] | None = None,
-                       commit_handler: CommitHandler | None = None) -> LanceDataset:
+                       commit_handler: HandlerSpec = None) -> LanceDataset:
     """Open a dataset at its latest version, or at ``version`` (time travel).
 
+    ``commit_handler``: how versions are resolved and committed; by default chosen by the URI
+    scheme (``s3+ddb://`` commits through DynamoDB), else a handler object or the dotted name
+    of one (see :mod:`alance.commit.registry`).
     Raises :class:`~alance.errors.DatasetNotFoundError` when nothing was ever committed there.
     """
     store = open_store(uri, storage_options)
-    handler = _handler_for(store, commit_handler)
+    handler = _handler_for(uri, storage_options, commit_handler)
     snap = await load_snapshot(store, handler, version)
     return LanceDataset(store, handler, snap)
 
@@ -241,7 +248,7 @@ async def write_dataset(
     data_storage_version: str | None = None,
     enable_v2_manifest_paths: bool = True,
     storage_options: Mapping[str, Any] | None = None,
-    commit_handler: CommitHandler | None = None,
+    commit_handler: HandlerSpec = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
@@ -249,13 +256,14 @@ async def write_dataset(
     ``data``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pandas DataFrame, or a
     sync or async iterable of record batches (streamed: memory stays bounded by one file's
     buffers). ``mode``: ``"create"`` (fails if the dataset exists), ``"append"`` (creates it if
-    missing; the schema must match) or ``"overwrite"``.
+    missing; the schema must match) or ``"overwrite"``. ``commit_handler``: as for
+    :func:`open_dataset`.
     """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
     params = WriteParams(max_rows_per_file, max_rows_per_group, max_bytes_per_file)
     store = open_store(uri, storage_options)
-    handler = _handler_for(store, commit_handler)
+    handler = _handler_for(uri, storage_options, commit_handler)
     try:
         base: Snapshot | None = await load_snapshot(store, handler)
     except DatasetNotFoundError:
@@ -306,13 +314,10 @@ async def write_dataset(
         lance_schema, prelude = dictionary_prelude(lance_schema, dictionaries)
         txn = new_overwrite(read_version, fragments, lance_schema)
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
-    try:
+    async with removed_on_failure(store, fragments):
         snap = await commit_transaction(store, handler, base, txn,
                                         data_storage_version=storage_version,
                                         naming_scheme=scheme, max_retries=max_retries,
                                         prelude=prelude,
                                         must_create=base is None and mode == "create")
-    except BaseException:
-        await delete_fragment_files(store, fragments)
-        raise
     return LanceDataset(store, handler, snap)

@@ -18,6 +18,7 @@ from alance.dataset.dml import check_retries, check_writable, with_replanning
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
+from alance.dataset.write import removed_on_failure
 from alance.errors import InvalidInputError
 from alance.io.store import DatasetStore
 from alance.transaction.operations import new_delete
@@ -57,14 +58,11 @@ async def delete_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         ctx = ReadContext(store, snap)
         by_fragment = split_addresses(await matching_addresses(ctx, predicate))
         written = WrittenFiles()
-        try:
+        async with removed_on_failure(store, [], written):
             updated, removed = await apply_deletions(ctx, by_fragment, written)
             txn = new_delete(snap.version, updated, removed, text)
             new = await commit_transaction(store, handler, snap, txn, max_retries=max_retries,
                                            affected_rows=by_fragment)
-        except BaseException:
-            await written.remove_all(store)
-            raise
         await written.remove_unreferenced(store, new.fragments)
         return new, sum(len(v) for v in by_fragment.values())
 

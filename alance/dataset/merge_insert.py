@@ -49,7 +49,7 @@ from alance.dataset.inputs import record_batch_stream
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
-from alance.dataset.write import delete_fragment_files
+from alance.dataset.write import removed_on_failure
 from alance.errors import (
     InvalidInputError,
     RetryableCommitConflictError,
@@ -236,7 +236,7 @@ class MergeInsertBuilder:
 
         fragments = await write_rows(ctx, rows())
         written = WrittenFiles()
-        try:
+        async with removed_on_failure(self._store, fragments, written):
             by_fragment = split_addresses(gone)
             updated, removed = await apply_deletions(ctx, by_fragment, written)
             field_ids = [f.id for f in snap.schema.fields]
@@ -249,10 +249,6 @@ class MergeInsertBuilder:
                                            max_retries=DEFAULT_MAX_RETRIES,
                                            affected_rows=by_fragment,
                                            check=check)
-        except BaseException:
-            await written.remove_all(self._store)
-            await delete_fragment_files(self._store, fragments)
-            raise
         await written.remove_unreferenced(self._store, new.fragments)
         return new, (len(inserted_src), len(updated_src), len(deleted_tgt))
 

@@ -61,14 +61,19 @@ class ReadContext:
             if data_file.HasField("base_id"):
                 raise UnsupportedFeatureError("data files under other base paths are not "
                                               "supported yet")
-            if data_file.file_major_version >= 2:
-                raise UnsupportedFeatureError(
-                    f"data file {data_file.path} uses file format "
-                    f"{data_file.file_major_version}.{data_file.file_minor_version}; alance "
-                    "reads only v0.1/v0.2 data files so far")
             size = data_file.file_size_bytes or None
-            reader = await DataFileReader.open(self.store, f"{DATA_DIR}/{data_file.path}",
-                                               schema, size, self.dictionaries)
+            path = f"{DATA_DIR}/{data_file.path}"
+            version = (data_file.file_major_version, data_file.file_minor_version)
+            if version >= (2, 0):
+                if version < (2, 1):
+                    raise UnsupportedFeatureError(
+                        f"data file {data_file.path} uses file format 2.0; alance reads "
+                        "2.1 and later 2.x files so far")
+                columns = dict(zip(data_file.fields, data_file.column_indices, strict=False))
+                reader = await DataFileReader.open_v2(self.store, path, schema, size, columns)
+            else:
+                reader = await DataFileReader.open(self.store, path, schema, size,
+                                                   self.dictionaries)
             self._files[data_file.path] = reader
         return reader
 
@@ -121,7 +126,8 @@ class FragmentReader:
                     where.setdefault(fid, i)
         groups: dict[int, list[LanceField]] = {}
         for field in projection:
-            idx = where.get(field.id)
+            # 2.1+ files list only leaf fields: a nested field lives where its leaves do.
+            idx = next((where[g.id] for g in field.walk() if g.id in where), None)
             if idx is not None:
                 groups.setdefault(idx, []).append(field)
         return [(self.fragment.files[i], fields) for i, fields in sorted(groups.items())]

@@ -34,7 +34,7 @@ from alance.dataset.dml import (
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
-from alance.dataset.write import delete_fragment_files
+from alance.dataset.write import removed_on_failure
 from alance.errors import InvalidInputError
 from alance.filter import compile_expression
 from alance.format.schema import LanceSchema
@@ -130,7 +130,7 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
 
         fragments = await write_rows(ctx, new_rows())
         written = WrittenFiles()
-        try:
+        async with removed_on_failure(store, fragments, written):
             addr = np.concatenate(addresses) if addresses else np.empty(0, np.uint64)
             by_fragment = split_addresses(addr)
             updated, removed = await apply_deletions(ctx, by_fragment, written)
@@ -139,10 +139,6 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
                              fields_for_preserving_frag_bitmap=field_ids)
             new = await commit_transaction(store, handler, snap, txn, max_retries=max_retries,
                                            affected_rows=by_fragment)
-        except BaseException:
-            await written.remove_all(store)
-            await delete_fragment_files(store, fragments)
-            raise
         await written.remove_unreferenced(store, new.fragments)
         return new, len(addr)
 

@@ -7,15 +7,17 @@ store's upload buffer, whatever the size of the input.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
 from alance._proto import table_pb2
-from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.errors import CommitOutcomeUnknownError, InvalidInputError, UnsupportedFeatureError
 from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
 from alance.format.manifest import DATA_DIR
@@ -118,6 +120,29 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             await store.delete(path)
         raise
     return fragments
+
+
+class _Removable(Protocol):
+    async def remove_all(self, store: DatasetStore) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def removed_on_failure(store: DatasetStore, fragments: list[table_pb2.DataFragment],
+                             written: _Removable | None = None) -> AsyncIterator[None]:
+    """Delete the data files (and other ``written`` files) of an operation if it fails.
+
+    Not when the commit's outcome is unknown (:class:`CommitOutcomeUnknownError`): the new
+    version may exist and reference them.
+    """
+    try:
+        yield
+    except CommitOutcomeUnknownError:
+        raise
+    except BaseException:
+        if written is not None:
+            await written.remove_all(store)
+        await delete_fragment_files(store, fragments)
+        raise
 
 
 async def delete_fragment_files(store: DatasetStore,

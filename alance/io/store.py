@@ -10,6 +10,7 @@ and leaves moving bytes to a backend (:mod:`alance.io.backends`).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime as dt
 import itertools
 import posixpath
@@ -147,10 +148,10 @@ class DatasetStore:
 
     @property
     def _sem(self) -> asyncio.Semaphore:
-        # Shared by every store with the same limiter key (one bucket, one local disk) in this
-        # process, so opening many datasets does not multiply the requests in flight. One per
-        # event loop, since asyncio primitives are bound to a loop.
-        return _limiter(self.limiter_key, self.max_concurrency)
+        # Shared by every store with the same limiter key (one bucket, one local disk) and bound
+        # in this process, so opening many datasets does not multiply the requests in flight.
+        # One per event loop, since asyncio primitives are bound to a loop.
+        return _limiter(f"{self.limiter_key}#{self.max_concurrency}", self.max_concurrency)
 
     async def _retrying(self, call: Callable[[Backend], Awaitable[T]]) -> T:
         """Run ``call`` under the concurrency bound, retrying transient failures."""
@@ -177,39 +178,41 @@ class DatasetStore:
     async def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
         """Several ranges ``[start, end)`` of one object.
 
-        Close ranges are coalesced into one request (gap ``coalesce_bytes``); ranges longer
-        than ``split_bytes`` are fetched as several concurrent requests and joined.
+        Ranges closer than ``coalesce_bytes`` are merged into one request; ranges longer than
+        ``split_bytes`` are fetched as several requests. Requests run concurrently, each
+        holding one slot of the store's in-flight bound.
         """
         if not ranges:
             return []
-        wanted = sorted({(s, e) for s, e in ranges if e > s})
-        out: dict[tuple[int, int], Buffer] = {(s, e): b"" for s, e in ranges if e <= s}
-        if wanted:
-            key = self._key(path)
-            small = [r for r in wanted if r[1] - r[0] <= self.split_bytes]
-            large = [r for r in wanted if r[1] - r[0] > self.split_bytes]
-            jobs = [self._retrying(lambda b: b.get_ranges(key, small, self.coalesce_bytes))
-                    ] if small else []
-            jobs += [self._get_split(key, r) for r in large]
-            results = await asyncio.gather(*jobs)
-            if small:
-                out.update(zip(small, results[0], strict=True))
-            out.update(zip(large, (r[0] for r in results[1 if small else 0:]), strict=True))
-            for (start, end), data in zip(wanted, (out[r] for r in wanted), strict=True):
-                if len(data) != end - start:
-                    raise CorruptFileError(f"{path}: bytes {start}..{end} requested, but the "
-                                           f"object ends before byte {end}")
-        return [out[(s, e)] for s, e in ranges]
+        key = self._key(path)
+        merged = _coalesce(sorted({(s, e) for s, e in ranges if e > s}), self.coalesce_bytes)
+        pieces = [p for m in merged for p in _split(m, self.split_bytes)]
 
-    async def _get_split(self, key: str, rng: tuple[int, int]) -> list[Buffer]:
-        start, end = rng
-        pieces = list(itertools.pairwise([*range(start, end, self.split_bytes), end]))
+        async def fetch(piece: tuple[int, int]) -> Buffer:
+            return (await self._retrying(lambda b: b.get_ranges(key, [piece], 0)))[0]
 
-        async def piece(p: tuple[int, int]) -> Buffer:
-            return (await self._retrying(lambda b: b.get_ranges(key, [p], 0)))[0]
-
-        parts = await asyncio.gather(*(piece(p) for p in pieces))
-        return [b"".join(parts)]
+        fetched = await asyncio.gather(*(fetch(p) for p in pieces))
+        blocks: list[tuple[int, Buffer]] = []
+        i = 0
+        for start, end in merged:
+            parts = []
+            while i < len(pieces) and pieces[i][0] < end:
+                parts.append(fetched[i])
+                i += 1
+            blocks.append((start, parts[0] if len(parts) == 1 else b"".join(parts)))
+        starts = [b[0] for b in blocks]
+        out: list[Buffer] = []
+        for s, e in ranges:
+            if e <= s:
+                out.append(b"")
+                continue
+            block_start, data = blocks[bisect.bisect_right(starts, s) - 1]
+            view = memoryview(data)[s - block_start:e - block_start]
+            if len(view) != e - s:
+                raise CorruptFileError(f"{path}: bytes {s}..{e} requested, but the object "
+                                       f"ends before byte {e}")
+            out.append(view)
+        return out
 
     async def head(self, path: str) -> ObjectMeta:
         """Size and modification time of an object."""
@@ -262,6 +265,23 @@ class DatasetStore:
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
         return ObjectWriter(self, path, part_size)
+
+
+def _coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Sorted, non-empty ranges merged where they overlap or lie at most ``gap`` apart."""
+    merged: list[tuple[int, int]] = []
+    for s, e in ranges:
+        if merged and s - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _split(rng: tuple[int, int], size: int) -> list[tuple[int, int]]:
+    """``rng`` cut into pieces of at most ``size`` bytes."""
+    start, end = rng
+    return list(itertools.pairwise([*range(start, end, size), end]))
 
 
 _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (

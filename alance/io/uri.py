@@ -23,6 +23,9 @@ CLOUD_RETRY_CONFIG = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=20
                       "backoff": {"init_backoff": dt.timedelta(milliseconds=50),
                                   "max_backoff": dt.timedelta(seconds=2), "base": 2}}
 
+#: Schemes of datasets committed through an external manifest store -> their object store.
+EXTERNAL_COMMIT_SCHEMES = {"s3+ddb": "s3"}
+
 _memory_lock = threading.Lock()
 _memory_store: MemoryStore | None = None
 _dict_objects: dict[str, tuple[bytes, dt.datetime]] = {}
@@ -59,7 +62,8 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
 
     Accepted forms: a local path (relative or absolute), ``file:///abs/path``,
     ``memory://name`` (process-local, for tests and scratch work), ``s3://bucket/path``,
-    ``gs://bucket/path`` and ``az://container/path``.
+    ``gs://bucket/path`` and ``az://container/path``; ``s3+ddb://bucket/path?ddbTableName=T``
+    is the S3 dataset ``s3://bucket/path`` (its commits go through DynamoDB).
 
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
@@ -86,13 +90,16 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"storage option {name} must be an integer") from exc
     concurrency: int | None = policy.pop("max_concurrency", None)
-    max_concurrency = concurrency or DEFAULT_MAX_CONCURRENCY
+    max_concurrency = DEFAULT_MAX_CONCURRENCY if concurrency is None else concurrency
     options.pop("dynamodb_endpoint", None)  # used by the DynamoDB commit handler
     text = os.fspath(uri)
     if not text:
         raise InvalidInputError("empty dataset URI")
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
+    if scheme in ("memory", "", "file") and options:
+        raise InvalidInputError(f"unknown storage options for {scheme or 'local'} URIs: "
+                                f"{sorted(options)}")
     if scheme == "memory":
         root = (parsed.netloc + parsed.path).strip("/")
         if not root:
@@ -106,6 +113,10 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         return DatasetStore(ObstoreBackend(LocalStore()), root.lstrip("/"), uri=text,
                             max_concurrency=max_concurrency, after_fork=PosixBackend,
                             limiter_key="file://", **policy)
+    if scheme in EXTERNAL_COMMIT_SCHEMES:
+        # The objects live in plain S3; the query string (``?ddbTableName=T``) configures the
+        # commit handler (alance.commit.registry), not the store.
+        scheme, parsed = EXTERNAL_COMMIT_SCHEMES[scheme], parsed._replace(query="")
     cloud = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az",
              "azure": "az"}.get(scheme)
     if cloud is None:
@@ -119,5 +130,6 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
-                        max_concurrency=concurrency or CLOUD_MAX_CONCURRENCY,
+                        max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
+                                         else concurrency),
                         limiter_key=f"{cloud}://{parsed.netloc}", **policy)

@@ -1,0 +1,171 @@
+"""Decoded value blocks, and their conversion to Arrow arrays.
+
+A 2.x compressive decoder produces one of:
+
+* :class:`Fixed` - ``n`` fixed-width values: a 1-D unsigned integer array (8..64 bits), a
+  1-D boolean array (1 bit), or a 2-D ``(n, width)`` uint8 array (any other byte width);
+* :class:`Variable` - ``n`` variable-width values: int64 offsets (``n + 1``) and bytes.
+
+:func:`to_arrow` turns a block plus an optional validity mask into an array of the field's
+Arrow type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from alance.errors import CorruptFileError, UnsupportedFeatureError
+
+
+@dataclass
+class Fixed:
+    """Fixed-width values (see module docstring)."""
+
+    values: np.ndarray
+    bits: int
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    def take(self, idx: np.ndarray) -> Fixed:
+        """The values at ``idx``."""
+        return Fixed(self.values[idx], self.bits)
+
+    @staticmethod
+    def from_bytes(raw: np.ndarray, bits: int, n: int) -> Fixed:
+        """Interpret ``raw`` (uint8) as ``n`` values of ``bits`` bits."""
+        if bits == 1:
+            bits_arr = np.unpackbits(raw, bitorder="little", count=n) if n else raw[:0]
+            if len(bits_arr) < n:
+                raise CorruptFileError("boolean buffer is too short")
+            return Fixed(bits_arr.astype(bool), 1)
+        if bits % 8:
+            raise UnsupportedFeatureError(f"{bits}-bit flat values are not supported")
+        width = bits // 8
+        if len(raw) < n * width:
+            raise CorruptFileError("flat buffer is too short")
+        raw = raw[: n * width]
+        if bits in (8, 16, 32, 64):
+            return Fixed(np.ascontiguousarray(raw).view(f"<u{width}"), bits)
+        return Fixed(raw.reshape(n, width), bits)
+
+    def as_bytes(self) -> np.ndarray:
+        """The values as a flat little-endian byte array (not for 1-bit values)."""
+        if self.bits == 1:
+            return np.packbits(self.values.astype(np.uint8), bitorder="little")
+        return np.ascontiguousarray(self.values).view(np.uint8).reshape(-1)
+
+
+@dataclass
+class Variable:
+    """Variable-width values (see module docstring)."""
+
+    offsets: np.ndarray  # int64, n + 1, starting anywhere
+    data: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return int(len(self.offsets) - 1)
+
+    def take(self, idx: np.ndarray) -> Variable:
+        """The values at ``idx``."""
+        from alance.format.v2.kernels import gather_ranges
+
+        starts = self.offsets[:-1][idx]
+        lens = self.offsets[1:][idx] - starts
+        data = gather_ranges(self.data, starts, lens)
+        return Variable(np.concatenate(([0], np.cumsum(lens))).astype(np.int64), data)
+
+
+Block = Fixed | Variable
+
+
+def concat_blocks(blocks: list[Block]) -> Block:
+    """Join blocks of the same kind end to end."""
+    if len(blocks) == 1:
+        return blocks[0]
+    if all(isinstance(b, Fixed) for b in blocks):
+        fixed = [b for b in blocks if isinstance(b, Fixed)]
+        bits = {b.bits for b in fixed}
+        if len(bits) != 1:
+            raise CorruptFileError("pages of one column decode to different value widths")
+        return Fixed(np.concatenate([b.values for b in fixed]), fixed[0].bits)
+    if all(isinstance(b, Variable) for b in blocks):
+        var = [b for b in blocks if isinstance(b, Variable)]
+        datas, offs, base = [], [np.zeros(1, np.int64)], 0
+        for b in var:
+            o = b.offsets - b.offsets[0]
+            datas.append(b.data[int(b.offsets[0]): int(b.offsets[-1])])
+            offs.append(o[1:] + base)
+            base += int(o[-1])
+        return Variable(np.concatenate(offs), np.concatenate(datas) if datas else
+                        np.zeros(0, np.uint8))
+    raise CorruptFileError("pages of one column decode to different kinds of values")
+
+
+def _validity_buffer(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
+    if valid is None:
+        return None, 0
+    nulls = int(len(valid) - np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
+    """An Arrow array of ``dtype`` from decoded values and an optional validity mask."""
+    n = len(block)
+    if valid is not None and len(valid) != n:
+        raise CorruptFileError(f"{len(valid)} validity bits for {n} values")
+    vbuf, nulls = _validity_buffer(valid)
+    if pa.types.is_null(dtype):
+        return pa.nulls(n)
+    if pa.types.is_dictionary(dtype):
+        plain = to_arrow(block, dtype.value_type, valid)
+        return plain.dictionary_encode().cast(dtype)
+    storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+    if isinstance(block, Variable):
+        if not (pa.types.is_string(storage) or pa.types.is_binary(storage)
+                or pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)):
+            raise CorruptFileError(f"variable-width values for a {dtype} column")
+        base = block.offsets - block.offsets[0]
+        data = block.data[int(block.offsets[0]): int(block.offsets[-1])]
+        large = pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)
+        if not large and len(base) and base[-1] > np.iinfo(np.int32).max:
+            raise UnsupportedFeatureError("more than 2 GiB of strings in one batch")
+        offs = base.astype(np.int64 if large else np.int32)
+        arr = pa.Array.from_buffers(storage, n, [vbuf, pa.py_buffer(offs),
+                                                 pa.py_buffer(np.ascontiguousarray(data))],
+                                    null_count=nulls)
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+    if pa.types.is_boolean(storage):
+        if block.bits != 1:
+            raise CorruptFileError("boolean column stored with more than one bit per value")
+        vals = pa.py_buffer(np.packbits(block.values.astype(np.uint8), bitorder="little"))
+        arr = pa.Array.from_buffers(storage, n, [vbuf, vals], null_count=nulls)
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+    if pa.types.is_fixed_size_list(storage):
+        dim = storage.list_size
+        child_type = storage.value_type
+        width = child_type.bit_width if child_type.bit_width else 0
+        raw = block.as_bytes()
+        if width == 1 or width % 8:
+            raise UnsupportedFeatureError(f"fixed-size lists of {child_type}")
+        item_bytes = width // 8
+        if len(raw) != n * dim * item_bytes:
+            raise CorruptFileError("fixed-size list values have the wrong size")
+        child = pa.Array.from_buffers(child_type, n * dim, [None, pa.py_buffer(raw)])
+        arr = pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vbuf is None else
+                                                pa.array(~valid))  # type: ignore[operator]
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+    width = storage.bit_width
+    raw = block.as_bytes()
+    if len(raw) != n * width // 8:
+        raise CorruptFileError(f"{len(raw)} bytes for {n} values of {dtype}")
+    arr = pa.Array.from_buffers(storage, n, [vbuf, pa.py_buffer(raw)], null_count=nulls)
+    return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+
+
+__all__ = ["Block", "Fixed", "Variable", "concat_blocks", "to_arrow"]

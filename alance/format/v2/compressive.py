@@ -1,0 +1,346 @@
+"""Decoders for the 2.1+ compressive encodings (``lance.encodings21.CompressiveEncoding``).
+
+Two contexts:
+
+* **mini-block**: the values of many mini-blocks at once. Each value buffer is described by a
+  :class:`ChunkBufs` (one byte range per chunk inside a shared byte array); ``counts`` gives
+  the values per chunk. Work is vectorised across chunks (bit-packed chunks of the same width
+  are unpacked together, ranges are gathered with index arithmetic).
+* **block**: one whole buffer (dictionaries, repetition/definition levels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from alance._proto import encodings_v2_1_pb2 as pb
+from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.format.v2.blocks import Block, Fixed, Variable
+from alance.format.v2.kernels import (
+    BLOCK,
+    UINT,
+    decompress,
+    fsst_decode,
+    gather_ranges,
+    range_indices,
+    unpack_fastlanes,
+)
+
+
+@dataclass
+class ChunkBufs:
+    """One value buffer of every chunk: ``data[starts[i] : starts[i] + sizes[i]]``."""
+
+    data: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def check(self) -> None:
+        """Raise CorruptFileError if a range falls outside ``data``."""
+        if len(self.starts) and (self.starts.min() < 0
+                                 or (self.starts + self.sizes).max() > len(self.data)):
+            raise CorruptFileError("a mini-block buffer runs past its chunk")
+
+
+def _which(enc: pb.CompressiveEncoding) -> str:
+    which = enc.WhichOneof("compression")
+    if which is None:
+        raise CorruptFileError("compressive encoding is empty")
+    return which
+
+
+def _flat_bits(enc: pb.CompressiveEncoding, what: str) -> int:
+    if _which(enc) != "flat":
+        raise UnsupportedFeatureError(f"{what} must be flat, not {_which(enc)}")
+    if enc.flat.HasField("data"):
+        raise UnsupportedFeatureError(f"{what} with buffer compression")
+    return int(enc.flat.bits_per_value)
+
+
+def _decompress_chunks(scheme: int, bufs: ChunkBufs) -> ChunkBufs:
+    parts = [decompress(scheme, bufs.data[s: s + n])
+             for s, n in zip(bufs.starts.tolist(), bufs.sizes.tolist(), strict=True)]
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return ChunkBufs(data, starts, sizes)
+
+
+def _fixed_from_chunks(bufs: ChunkBufs, counts: np.ndarray, bits: int) -> Fixed:
+    if bits == 1:
+        nbytes = (counts + 7) // 8
+        if np.any(nbytes > bufs.sizes):
+            raise CorruptFileError("boolean mini-block is too short")
+        raw = gather_ranges(bufs.data, bufs.starts, nbytes)
+        allbits = np.unpackbits(raw, bitorder="little")
+        bit_starts = np.concatenate(([0], np.cumsum(nbytes * 8)[:-1]))
+        return Fixed(allbits[range_indices(bit_starts, counts)].astype(bool), 1)
+    if bits % 8:
+        raise UnsupportedFeatureError(f"{bits}-bit flat values are not supported")
+    width = bits // 8
+    need = counts * width
+    if np.any(need > bufs.sizes):
+        raise CorruptFileError("flat mini-block is too short")
+    raw = gather_ranges(bufs.data, bufs.starts, need)
+    return Fixed.from_bytes(raw, bits, int(counts.sum()))
+
+
+def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int) -> Fixed:
+    if t not in UINT:
+        raise UnsupportedFeatureError(f"bit-packing of {t}-bit values")
+    wb = t // 8
+    if len(counts) == 0:
+        return Fixed(np.zeros(0, UINT[t]), t)
+    if np.any(bufs.sizes < wb) or np.any(counts > BLOCK):
+        raise CorruptFileError("bit-packed mini-block is malformed")
+    # The first word of each chunk is its bit width.
+    first = gather_ranges(bufs.data, bufs.starts, np.full(len(counts), wb))
+    widths = first.view(f"<u{wb}").astype(np.int64)
+    if np.any(widths > t):
+        raise CorruptFileError("bit-packed mini-block has a width above its word size")
+    out = np.empty((len(counts), BLOCK), dtype=UINT[t])
+    words_needed = widths * (BLOCK // t)
+    if np.any(wb * (1 + words_needed) > bufs.sizes):
+        raise CorruptFileError("bit-packed mini-block is too short")
+    for w in np.unique(widths).tolist():
+        sel = np.flatnonzero(widths == w)
+        n_words = w * (BLOCK // t)
+        raw = gather_ranges(bufs.data, bufs.starts[sel] + wb, np.full(len(sel), n_words * wb))
+        packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
+        out[sel] = unpack_fastlanes(packed, t, int(w))
+    flat = out.reshape(-1)
+    idx = range_indices(np.arange(len(counts), dtype=np.int64) * BLOCK, counts)
+    return Fixed(flat[idx], t)
+
+
+def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray) -> Variable:
+    bits = _flat_bits(enc.offsets, "variable offsets")
+    if enc.HasField("values"):
+        raise UnsupportedFeatureError("variable values with buffer compression")
+    if bits not in (32, 64):
+        raise UnsupportedFeatureError(f"{bits}-bit offsets")
+    wb = bits // 8
+    if np.any((counts + 1) * wb > bufs.sizes):
+        raise CorruptFileError("variable mini-block offsets are truncated")
+    raw = gather_ranges(bufs.data, bufs.starts, (counts + 1) * wb)
+    offs = raw.view(f"<u{wb}").astype(np.int64)
+    pos = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
+    first, last = offs[pos], offs[pos + counts]
+    if np.any(last < first) or np.any(last > bufs.sizes):
+        raise CorruptFileError("variable mini-block offsets point outside the chunk")
+    # Drop each chunk's trailing offset and rebase onto the gathered data.
+    keep = np.ones(len(offs), dtype=bool)
+    keep[pos + counts] = False
+    lens = last - first
+    base = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    rel = offs - np.repeat(first - base, counts + 1)
+    rel = rel[keep]
+    if len(rel) > 1 and np.any(np.diff(rel) < 0):
+        raise CorruptFileError("variable mini-block offsets are not increasing")
+    data = gather_ranges(bufs.data, bufs.starts + first, lens)
+    total = int(lens.sum())
+    return Variable(np.concatenate((rel, [total])).astype(np.int64), data)
+
+
+def _rle_chunks(enc: pb.Rle, values: ChunkBufs, lengths: ChunkBufs,
+                counts: np.ndarray) -> Fixed:
+    bits = _flat_bits(enc.values, "RLE values")
+    if _flat_bits(enc.run_lengths, "RLE run lengths") != 8:
+        raise UnsupportedFeatureError("RLE run lengths wider than 8 bits")
+    if bits not in UINT:
+        raise UnsupportedFeatureError(f"RLE of {bits}-bit values")
+    wb = bits // 8
+    runs = lengths.sizes
+    if np.any(values.sizes < runs * wb):
+        raise CorruptFileError("RLE mini-block values are truncated")
+    vals = gather_ranges(values.data, values.starts, runs * wb).view(f"<u{wb}")
+    lens = gather_ranges(lengths.data, lengths.starts, runs).astype(np.int64)
+    expanded = np.repeat(vals, lens)
+    run_chunk = np.repeat(np.arange(len(counts)), runs)
+    per_chunk = np.bincount(run_chunk, weights=lens, minlength=len(counts)).astype(np.int64)
+    if np.array_equal(per_chunk, counts):
+        return Fixed(expanded, bits)
+    if np.any(per_chunk < counts):
+        raise CorruptFileError("RLE mini-block holds fewer values than expected")
+    starts = np.concatenate(([0], np.cumsum(per_chunk)[:-1]))
+    return Fixed(expanded[range_indices(starts, counts)], bits)
+
+
+def _bss_chunks(enc: pb.ByteStreamSplit, bufs: ChunkBufs, counts: np.ndarray) -> Fixed:
+    bits = _flat_bits(enc.values, "byte-stream-split values")
+    if bits not in (16, 32, 64):
+        raise UnsupportedFeatureError(f"byte stream split of {bits}-bit values")
+    wb = bits // 8
+    if np.any(bufs.sizes < counts * wb):
+        raise CorruptFileError("byte-stream-split mini-block is truncated")
+    raw = gather_ranges(bufs.data, bufs.starts, counts * wb)
+    out = np.empty(int(counts.sum()) * wb, dtype=np.uint8)
+    pos = 0
+    for n in np.unique(counts).tolist():
+        sel = np.flatnonzero(counts == n)
+        src_starts = np.concatenate(([0], np.cumsum(counts * wb)[:-1]))[sel]
+        block = raw[range_indices(src_starts, np.full(len(sel), n * wb))]
+        grid = block.reshape(len(sel), wb, n).transpose(0, 2, 1).reshape(len(sel), n * wb)
+        dst_starts = np.concatenate(([0], np.cumsum(counts * wb)[:-1]))[sel]
+        out[range_indices(dst_starts, np.full(len(sel), n * wb))] = grid.reshape(-1)
+        pos += len(sel)
+    return Fixed(out.view(f"<u{wb}"), bits)
+
+
+def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
+                     counts: np.ndarray) -> Block:
+    """Decode the values of many mini-blocks (``counts[i]`` values in chunk ``i``)."""
+    for b in bufs:
+        b.check()
+    which = _which(enc)
+    if which == "general":
+        if not bufs:
+            raise CorruptFileError("general compression without a buffer")
+        inner = [_decompress_chunks(int(enc.general.compression.scheme), bufs[0]), *bufs[1:]]
+        return miniblock_values(enc.general.values, inner, counts)
+    if which == "rle":
+        if len(bufs) != 2:
+            raise CorruptFileError("RLE mini-blocks need two buffers")
+        return _rle_chunks(enc.rle, bufs[0], bufs[1], counts)
+    if len(bufs) != 1:
+        raise CorruptFileError(f"{which} mini-blocks need one buffer, got {len(bufs)}")
+    (buf,) = bufs
+    if which == "flat":
+        if enc.flat.HasField("data"):
+            buf = _decompress_chunks(int(enc.flat.data.scheme), buf)
+        return _fixed_from_chunks(buf, counts, int(enc.flat.bits_per_value))
+    if which == "inline_bitpacking":
+        if enc.inline_bitpacking.HasField("values"):
+            buf = _decompress_chunks(int(enc.inline_bitpacking.values.scheme), buf)
+        bits = int(enc.inline_bitpacking.uncompressed_bits_per_value)
+        return _inline_bitpacked(buf, counts, bits)
+    if which == "variable":
+        return _variable_chunks(enc.variable, buf, counts)
+    if which == "fsst":
+        coded = miniblock_values(enc.fsst.values, [buf], counts)
+        if not isinstance(coded, Variable):
+            raise CorruptFileError("FSST over fixed-width values")
+        data, offs = fsst_decode(enc.fsst.symbol_table, coded.data, coded.offsets)
+        return Variable(offs, data)
+    if which == "byte_stream_split":
+        return _bss_chunks(enc.byte_stream_split, buf, counts)
+    if which == "fixed_size_list":
+        fsl = enc.fixed_size_list
+        if fsl.has_validity:
+            raise UnsupportedFeatureError("fixed-size lists with nullable items")
+        dim = int(fsl.items_per_value)
+        items = miniblock_values(fsl.values, [buf], counts * dim)
+        return _group_fsl(items, dim, int(counts.sum()))
+    raise UnsupportedFeatureError(f"mini-block encoding {which!r} is not supported")
+
+
+def _group_fsl(inner: Block, dim: int, n: int) -> Fixed:
+    if not isinstance(inner, Fixed) or inner.bits % 8:
+        raise UnsupportedFeatureError("fixed-size lists of non-byte-aligned values")
+    width = inner.bits // 8 * dim
+    raw = inner.as_bytes()
+    if len(raw) != n * width:
+        raise CorruptFileError("fixed-size list values have the wrong size")
+    return Fixed(raw.reshape(n, width), width * 8)
+
+
+def _out_of_line(enc: pb.OutOfLineBitpacking, raw: np.ndarray, n: int) -> Fixed:
+    t = int(enc.uncompressed_bits_per_value)
+    w = _flat_bits(enc.values, "out-of-line bit-packed values")
+    if t not in UINT or w > t:
+        raise CorruptFileError(f"bad out-of-line bit-packing ({w} of {t} bits)")
+    wb = t // 8
+    per_block = BLOCK * w // t
+    words = raw[: len(raw) // wb * wb].view(f"<u{wb}")
+    full, tail = divmod(n, BLOCK)
+    raw_tail = tail > 0 and len(words) == full * per_block + tail
+    blocks = full + (1 if tail and not raw_tail else 0)
+    if len(words) < blocks * per_block + (tail if raw_tail else 0):
+        raise CorruptFileError("out-of-line bit-packed buffer is truncated")
+    unpacked = unpack_fastlanes(words[: blocks * per_block].reshape(blocks, per_block), t, w)
+    out = unpacked.reshape(-1)[: full * BLOCK + (0 if raw_tail else tail)]
+    if raw_tail:
+        out = np.concatenate((out, words[full * per_block: full * per_block + tail]))
+    return Fixed(out, t)
+
+
+def block_values(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Block:
+    """Decode one whole buffer holding ``n`` values."""
+    which = _which(enc)
+    if which == "flat":
+        if enc.flat.HasField("data"):
+            raw = np.frombuffer(decompress(int(enc.flat.data.scheme), raw), np.uint8)
+        return Fixed.from_bytes(raw, int(enc.flat.bits_per_value), n)
+    if which == "general":
+        inner = np.frombuffer(decompress(int(enc.general.compression.scheme), raw), np.uint8)
+        return block_values(enc.general.values, inner, n)
+    if which == "out_of_line_bitpacking":
+        return _out_of_line(enc.out_of_line_bitpacking, raw, n)
+    if which == "inline_bitpacking":
+        t = int(enc.inline_bitpacking.uncompressed_bits_per_value)
+        return _inline_block(raw, n, t)
+    if which == "variable":
+        return _variable_block(raw, n)
+    if which == "constant":
+        value = enc.constant.value
+        if not value:
+            raise UnsupportedFeatureError("constant block without a value")
+        arr = np.frombuffer(value, dtype=np.uint8)
+        return Fixed.from_bytes(np.tile(arr, n), len(value) * 8, n)
+    if which == "fixed_size_list":
+        fsl = enc.fixed_size_list
+        if fsl.has_validity:
+            raise UnsupportedFeatureError("fixed-size lists with nullable items")
+        dim = int(fsl.items_per_value)
+        return _group_fsl(block_values(fsl.values, raw, n * dim), dim, n)
+    raise UnsupportedFeatureError(f"block encoding {which!r} is not supported")
+
+
+def _inline_block(raw: np.ndarray, n: int, t: int) -> Fixed:
+    if t not in UINT:
+        raise UnsupportedFeatureError(f"bit-packing of {t}-bit values")
+    wb = t // 8
+    words = raw[: len(raw) // wb * wb].view(f"<u{wb}")
+    outs, pos, left = [], 0, n
+    while left > 0:  # one iteration per 1024 values
+        if pos >= len(words):
+            raise CorruptFileError("bit-packed block is truncated")
+        w = int(words[pos])
+        size = w * (BLOCK // t)
+        if w > t or pos + 1 + size > len(words):
+            raise CorruptFileError("bit-packed block is malformed")
+        block = unpack_fastlanes(words[pos + 1: pos + 1 + size].reshape(1, size), t, w)
+        outs.append(block[0, : min(left, BLOCK)])
+        pos += 1 + size
+        left -= BLOCK
+    return Fixed(np.concatenate(outs) if outs else np.zeros(0, UINT[t]), t)
+
+
+def _variable_block(raw: np.ndarray, n: int) -> Variable:
+    if len(raw) < 8:
+        raise CorruptFileError("variable block is truncated")
+    head = raw[:16].tobytes()
+    if head[1:4] != b"\0\0\0":
+        raise UnsupportedFeatureError("variable block in the old layout")
+    bits = int.from_bytes(head[:4], "little")
+    if bits == 32:
+        start, at = int.from_bytes(head[4:8], "little"), 8
+    elif bits == 64:
+        if len(raw) < 16:
+            raise CorruptFileError("variable block is truncated")
+        start, at = int.from_bytes(head[8:16], "little"), 16
+    else:
+        raise CorruptFileError(f"variable block with {bits}-bit offsets")
+    wb = bits // 8
+    if start > len(raw) or at + (n + 1) * wb > start:
+        raise CorruptFileError("variable block offsets are inconsistent")
+    offs = raw[at: at + (n + 1) * wb].copy().view(f"<u{wb}").astype(np.int64)
+    data = raw[start:]
+    if n and (offs[0] < 0 or offs[-1] > len(data) or np.any(np.diff(offs) < 0)):
+        raise CorruptFileError("variable block offsets point outside the data")
+    return Variable(offs, data)
+
+
+__all__ = ["ChunkBufs", "block_values", "miniblock_values"]

@@ -1,0 +1,219 @@
+"""Vectorised byte-level kernels used by the 2.x decoders (numpy / pyarrow, no Python loops
+over values).
+
+* :func:`gather_ranges` concatenates many byte (or element) ranges of one array.
+* :func:`unpack_fastlanes` undoes the 1024-value "FastLanes" bit-packing Lance uses for
+  bit-packed integers (a transposed layout: each block of 1024 values is spread over
+  ``1024 / T`` lanes of ``T``-bit words).
+* :func:`fsst_decode` expands FSST-compressed strings with a symbol table.
+* :func:`decompress` undoes the general-purpose compressors (lz4 block with a size prefix,
+  zstd frames with or without an 8-byte size prefix).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pyarrow as pa
+
+from alance.errors import CorruptFileError, UnsupportedFeatureError
+
+UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+BLOCK = 1024
+# Order in which FastLanes visits the eight 8-row groups of a lane.
+_LANE_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
+
+
+def gather_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([data[s:s+n] for s, n in zip(starts, lengths)])`` without a loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return data[:0]
+    if len(starts) == 1:
+        s = int(starts[0])
+        out = data[s: s + total]
+        if len(out) != total:
+            raise CorruptFileError("a buffer range runs past the end of its data")
+        return out
+    ends = np.cumsum(lengths)
+    shift = np.repeat(starts - (ends - lengths), lengths)
+    idx = np.arange(total, dtype=np.int64) + shift
+    if idx.min() < 0 or idx.max() >= len(data):
+        raise CorruptFileError("a buffer range runs past the end of its data")
+    return data[idx]
+
+
+def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + lengths[i]`` of every range, concatenated."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+@cache
+def _fastlanes_plan(t: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For word size ``t`` and width ``w``: per row the word index, the shift, whether the
+    value spills into the next word, and the output position of (row, lane)."""
+    rows = np.arange(t, dtype=np.int64)
+    bit = rows * w
+    word = bit // t
+    shift = bit % t
+    spill = shift + w > t
+    lanes = BLOCK // t
+    order = np.asarray(_LANE_ORDER, dtype=np.int64)
+    pos = (order[rows // 8] * 16 + (rows % 8) * 128)[:, None] + np.arange(lanes)[None, :]
+    return word, shift, spill, pos
+
+
+def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
+    """Unpack ``k`` blocks of ``1024 * w / t`` packed ``t``-bit words into ``(k, 1024)`` values.
+
+    ``words`` is a 2-D array ``(k, w * 1024 / t)`` of dtype ``uint{t}``.
+    """
+    k = words.shape[0]
+    dtype = UINT[t]
+    if w == 0 or k == 0:
+        return np.zeros((k, BLOCK), dtype=dtype)
+    lanes = BLOCK // t
+    if words.shape[1] != w * lanes:
+        raise CorruptFileError("bit-packed block has the wrong size")
+    word, shift, spill, pos = _fastlanes_plan(t, w)
+    packed = words.reshape(k, w, lanes).astype(np.uint64, copy=False)
+    if w == t:
+        vals = packed
+    else:
+        lo = packed[:, word, :] >> shift.astype(np.uint64)[None, :, None]
+        nxt = np.minimum(word + 1, w - 1)
+        up = (t - shift).astype(np.uint64)
+        up = np.where(spill, up, 0).astype(np.uint64)
+        hi = packed[:, nxt, :] << up[None, :, None]
+        hi = np.where(spill[None, :, None], hi, np.uint64(0))
+        mask = np.uint64((1 << w) - 1)
+        vals = (lo | hi) & mask
+    out = np.empty((k, BLOCK), dtype=dtype)
+    out[:, pos.ravel()] = vals.reshape(k, -1).astype(dtype, copy=False)
+    return out
+
+
+def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Parse an FSST symbol table into a ``(512, 8)`` expansion table and lengths.
+
+    Rows 0..255 are the codes (255 is the escape, length 0); rows 256 + b expand to the literal
+    byte ``b``.
+    """
+    if len(table) < 8:
+        raise CorruptFileError("FSST symbol table is truncated")
+    header = int.from_bytes(table[:8], "little")
+    if header >> 32 != 0x46535354:
+        raise CorruptFileError("FSST symbol table has a bad magic number")
+    n = header & 0xFF
+    if len(table) < 8 + 8 * n + n:
+        raise CorruptFileError("FSST symbol table is truncated")
+    sym = np.frombuffer(table, dtype=np.uint8, count=8 * n, offset=8).reshape(n, 8)
+    lens = np.frombuffer(table, dtype=np.uint8, count=n, offset=8 + 8 * n)
+    expand = np.zeros((512, 8), dtype=np.uint8)
+    length = np.zeros(512, dtype=np.int64)
+    expand[:n] = sym
+    length[:n] = np.minimum(lens, 8)
+    expand[256:, 0] = np.arange(256, dtype=np.uint8)
+    length[256:] = 1
+    length[255] = 0
+    return expand, length
+
+
+def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Decompress FSST strings: returns (bytes, int64 offsets)."""
+    if len(table) >= 8 and not (int.from_bytes(table[:8], "little") >> 24) & 1:
+        # The encoder was switched off (too little data): the bytes are stored as they are.
+        if int.from_bytes(table[:8], "little") >> 32 != 0x46535354:
+            raise CorruptFileError("FSST symbol table has a bad magic number")
+        return data, np.asarray(offsets, dtype=np.int64)
+    expand, length = fsst_symbols(table)
+    codes = data.astype(np.int64)
+    n = len(codes)
+    if n == 0:
+        return data[:0], np.zeros(len(offsets), dtype=np.int64)
+    # Escapes: in each maximal run of 255 bytes, every other byte from the first is an escape
+    # and the byte after an escape is a literal.
+    is_ff = data == 255
+    run_start = is_ff & ~np.concatenate(([False], is_ff[:-1]))
+    run_id = np.cumsum(run_start)
+    first = np.flatnonzero(run_start)
+    pos_in_run = np.arange(n) - first[np.maximum(run_id - 1, 0)] if len(first) else np.zeros(n)
+    escape = is_ff & (pos_in_run % 2 == 0)
+    literal = np.concatenate(([False], escape[:-1]))
+    row = np.where(literal, 256 + codes, codes)
+    lens = length[row]
+    if escape[-1]:
+        raise CorruptFileError("FSST data ends with an escape byte")
+    ends = np.cumsum(lens)
+    total = int(ends[-1])
+    src = np.repeat(np.arange(n), lens)
+    within = np.arange(total) - np.repeat(ends - lens, lens)
+    out = expand[row[src], within]
+    starts = np.concatenate(([0], ends))
+    offs = np.asarray(offsets, dtype=np.int64)
+    if offs.min() < 0 or offs.max() > n:
+        raise CorruptFileError("FSST offsets point outside the data")
+    return out, starts[offs]
+
+
+def _zstd_content_size(buf: bytes) -> int | None:
+    if len(buf) < 6:
+        return None
+    fhd = buf[4]
+    fcs_flag = fhd >> 6
+    single = (fhd >> 5) & 1
+    dict_flag = fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(buf) < pos + size:
+        return None
+    value = int.from_bytes(buf[pos: pos + size], "little")
+    return value + 256 if size == 2 else value
+
+
+def decompress(scheme: int, buf: bytes | memoryview | np.ndarray) -> bytes:
+    """Undo general compression ``scheme`` (1 = lz4, 2 = zstd) of one buffer."""
+    raw = buf.tobytes() if isinstance(buf, np.ndarray) else bytes(buf)
+    if not raw:
+        return b""
+    try:
+        if scheme == 1:
+            if len(raw) < 4:
+                raise CorruptFileError("lz4 buffer is truncated")
+            size = int.from_bytes(raw[:4], "little")
+            out = pa.Codec("lz4_raw").decompress(raw[4:], decompressed_size=size)
+            if out.size != size:
+                raise CorruptFileError("lz4 buffer decompressed to the wrong size")
+            return out.to_pybytes()
+        if scheme == 2:
+            magic = raw[:4] == b"\x28\xb5\x2f\xfd"
+            if magic and len(raw) >= 8 and not raw[4] & 0x08:
+                found = _zstd_content_size(raw)
+                if found is None:
+                    raise UnsupportedFeatureError("zstd frame without a content size")
+                size, body = found, raw
+            else:
+                if len(raw) < 8:
+                    raise CorruptFileError("zstd buffer is truncated")
+                size = int.from_bytes(raw[:8], "little")
+                body = raw[8:]
+            if size > (1 << 34):
+                raise CorruptFileError("zstd buffer claims an absurd size")
+            return pa.Codec("zstd").decompress(body, decompressed_size=size).to_pybytes()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptFileError(f"cannot decompress a buffer: {exc}") from exc
+    raise UnsupportedFeatureError(f"general compression scheme {scheme} is not supported")
+
+
+__all__ = ["BLOCK", "UINT", "decompress", "fsst_decode", "fsst_symbols", "gather_ranges",
+           "range_indices", "unpack_fastlanes"]

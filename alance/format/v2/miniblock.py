@@ -1,0 +1,259 @@
+"""The mini-block page layout (2.1+): small values cut into independently decodable chunks.
+
+Page buffers: 0 = chunk metadata (one u16 word per chunk in 2.1, u32 from 2.2: the low 4 bits
+are log2 of the chunk's value count, the rest the chunk size in 8-byte words minus one);
+1 = the chunks; then the dictionary (if any) and the repetition index (if any: per chunk
+``depth + 1`` u64 values, the rows that end in the chunk and the items left over after them).
+
+Each chunk: u16 level count, u16 rep size and u16 def size (when present), one size per value
+buffer (u16 in 2.1, u32 from 2.2), padding to 8 bytes, then the rep levels, def levels and
+value buffers, each padded to 8 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from alance._proto import encodings_v2_1_pb2 as pb
+from alance.errors import CorruptFileError
+from alance.format.v2.blocks import Block, Fixed
+from alance.format.v2.compressive import ChunkBufs, block_values, miniblock_values
+from alance.format.v2.kernels import gather_ranges, range_indices
+from alance.format.v2.leaf import LeafData
+from alance.format.v2.levels import LevelPlan, plan_levels, unravel, visible_mask
+
+ALIGN = 8
+
+
+@dataclass
+class MiniBlockState:
+    """What must be known before reading chunks (the "search cache" of a page)."""
+
+    counts: np.ndarray  # values per chunk
+    positions: np.ndarray  # absolute file position of every chunk
+    sizes: np.ndarray  # bytes per chunk
+    first_row: np.ndarray  # page row of the first row starting in each chunk (+ total)
+    starts: np.ndarray  # rows starting in each chunk
+    trailer: np.ndarray  # chunk's last row continues into the next chunk
+    dictionary: Block | None
+
+
+def init_buffers(layout: pb.MiniBlockLayout, buffers: list[tuple[int, int]],
+                 ) -> list[tuple[int, int]]:
+    """The buffers needed before chunks can be located: metadata, dictionary, rep index."""
+    if len(buffers) < 2:
+        raise CorruptFileError("mini-block page needs at least two buffers")
+    need = [buffers[0]]
+    if layout.HasField("dictionary"):
+        if len(buffers) < 3:
+            raise CorruptFileError("mini-block page has no dictionary buffer")
+        need.append(buffers[2])
+    if layout.repetition_index_depth > 0:
+        need.append(buffers[-1])
+    return need
+
+
+def build_state(layout: pb.MiniBlockLayout, buffers: list[tuple[int, int]], num_rows: int,
+                raws: list[bytes | memoryview], wide: bool) -> MiniBlockState:
+    """Parse the metadata (and dictionary / repetition index) fetched by
+    :func:`init_buffers`."""
+    meta = np.frombuffer(raws[0], dtype="<u4" if wide else "<u2").astype(np.int64)
+    items = int(layout.num_items)
+    n = len(meta)
+    log = meta & 0xF
+    sizes = ((meta >> 4) + 1) * ALIGN
+    counts = np.left_shift(1, log)
+    if n:
+        counts[-1] = items - int(counts[:-1].sum())
+    if n and counts[-1] < 0:
+        raise CorruptFileError("mini-block chunk counts exceed the page's items")
+    data_pos, data_size = buffers[1]
+    positions = data_pos + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    if n and int(sizes.sum()) > data_size:
+        raise CorruptFileError("mini-block chunks run past their buffer")
+    k = 1
+    dictionary = None
+    if layout.HasField("dictionary"):
+        raw = np.frombuffer(raws[k], dtype=np.uint8)
+        dictionary = block_values(layout.dictionary, raw, int(layout.num_dictionary_items))
+        k += 1
+    if layout.repetition_index_depth > 0:
+        stride = int(layout.repetition_index_depth) + 1
+        idx = np.frombuffer(raws[k], dtype="<u8").astype(np.int64)
+        if len(idx) != n * stride:
+            raise CorruptFileError("repetition index does not match the chunk count")
+        idx = idx.reshape(n, stride)
+        ends, partial = idx[:, 0], idx[:, 1]
+        trailer = partial > 0
+        preamble = np.concatenate(([False], trailer[:-1]))
+        starts = ends + trailer - preamble
+    else:
+        trailer = np.zeros(n, dtype=bool)
+        starts = counts.copy()
+    if (starts < 0).any():
+        raise CorruptFileError("repetition index is inconsistent")
+    first_row = np.concatenate(([0], np.cumsum(starts))).astype(np.int64)
+    if first_row[-1] != num_rows:
+        raise CorruptFileError(f"mini-block page holds {first_row[-1]} rows, "
+                               f"expected {num_rows}")
+    return MiniBlockState(counts, positions, sizes, first_row, starts, trailer, dictionary)
+
+
+def chunks_for_rows(state: MiniBlockState, rows: np.ndarray) -> np.ndarray:
+    """Sorted chunk indices holding the (sorted, page-local) ``rows``."""
+    has = np.flatnonzero(state.starts > 0)
+    if len(rows) == 0 or len(has) == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = has[np.searchsorted(state.first_row[has], rows, side="right") - 1]
+    needed = [first]
+    last_of_chunk = state.first_row[first + 1] - 1
+    spill = (rows == last_of_chunk) & state.trailer[first]
+    if spill.any():
+        # The row continues until the next chunk in which some row ends.
+        n = len(state.counts)
+        ends_here = (state.starts > 0) | ~state.trailer
+        nxt = np.where(ends_here, np.arange(n), n)
+        nxt = np.minimum.accumulate(nxt[::-1])[::-1]
+        for c in first[spill].tolist():  # one per spilling row
+            stop = int(nxt[c + 1]) if c + 1 < n else n - 1
+            needed.append(np.arange(c + 1, min(stop, n - 1) + 1))
+    return np.unique(np.concatenate(needed))
+
+
+def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.ndarray,
+                  data: np.ndarray, starts: np.ndarray, wide: bool,
+                  ) -> tuple[np.ndarray | None, np.ndarray | None, Block, np.ndarray]:
+    """Decode chunks whose bytes start at ``starts`` in ``data``.
+
+    Returns rep levels, def levels, values of the visible items and the page row of every
+    item.
+    """
+    plan = plan_levels(list(layout.layers))
+    has_rep = layout.HasField("rep_compression")
+    has_def = layout.HasField("def_compression")
+    nbuf = int(layout.num_buffers)
+    counts = state.counts[chunks]
+    sizes = state.sizes[chunks]
+    if len(starts) and (starts + sizes).max() > len(data):
+        raise CorruptFileError("mini-block chunk is truncated")
+    head_words = 1 + has_rep + has_def
+    hsize = 2 * head_words + (4 if wide else 2) * nbuf
+    if (sizes < hsize).any():
+        raise CorruptFileError("mini-block chunk is shorter than its header")
+    hdr = gather_ranges(data, starts, np.full(len(chunks), hsize)).reshape(len(chunks), hsize)
+    small = np.ascontiguousarray(hdr[:, : 2 * head_words]).view("<u2").astype(np.int64)
+    big = np.ascontiguousarray(hdr[:, 2 * head_words:]).view("<u4" if wide else "<u2")
+    big = big.astype(np.int64).reshape(len(chunks), nbuf)
+    num_levels = small[:, 0]
+    pos = starts + (hsize + ALIGN - 1) // ALIGN * ALIGN
+    sizes_list = []
+    col = 1
+    if has_rep:
+        sizes_list.append(small[:, col])
+        col += 1
+    if has_def:
+        sizes_list.append(small[:, col])
+    sizes_list.extend(big[:, j] for j in range(nbuf))
+    buf_starts = []
+    for sz in sizes_list:
+        buf_starts.append(pos.copy())
+        pos = pos + (sz + ALIGN - 1) // ALIGN * ALIGN
+    if len(chunks) and (pos - starts > sizes).any():
+        raise CorruptFileError("mini-block buffers run past their chunk")
+    rep = defs = None
+    k = 0
+    if has_rep:
+        rep = _levels(layout.rep_compression, data, buf_starts[k], sizes_list[k], num_levels)
+        k += 1
+    if has_def:
+        defs = _levels(layout.def_compression, data, buf_starts[k], sizes_list[k], num_levels)
+        k += 1
+    value_bufs = [ChunkBufs(data, buf_starts[k + j], sizes_list[k + j]) for j in range(nbuf)]
+    values = miniblock_values(layout.value_compression, value_bufs, counts)
+    if state.dictionary is not None:
+        if not isinstance(values, Fixed):
+            raise CorruptFileError("dictionary indices are not integers")
+        idx = values.values.astype(np.int64)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(state.dictionary)):
+            raise CorruptFileError("dictionary index out of range")
+        values = state.dictionary.take(idx)
+    items_per_chunk = num_levels if (has_rep or has_def) else counts
+    n_items = int(items_per_chunk.sum())
+    vis = visible_mask(defs, plan)
+    n_vis = n_items if vis is None else int(np.count_nonzero(vis))
+    if (vis is not None and n_vis != len(values)) or (vis is None and n_items != len(values)):
+        raise CorruptFileError("mini-block value count disagrees with its levels")
+    chunk_of_item = np.repeat(np.arange(len(chunks)), items_per_chunk)
+    if rep is not None and plan.max_rep:
+        is_start = (rep == plan.max_rep).astype(np.int64)
+    else:
+        is_start = np.ones(n_items, dtype=np.int64)
+    csum = np.cumsum(is_start)
+    chunk_base = np.concatenate(([0], np.cumsum(items_per_chunk)[:-1]))
+    before = np.concatenate(([0], csum))[chunk_base]
+    local = csum - np.repeat(before, items_per_chunk)
+    row = state.first_row[chunks][chunk_of_item] + local - 1
+    return rep, defs, values, row
+
+
+def _levels(enc: pb.CompressiveEncoding, data: np.ndarray, starts: np.ndarray,
+            sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    parts = []
+    for s, sz, n in zip(starts.tolist(), sizes.tolist(), counts.tolist(), strict=True):
+        block = block_values(enc, data[s: s + sz], n)  # one call per chunk
+        if not isinstance(block, Fixed) or block.bits > 16 or len(block) != n:
+            raise CorruptFileError("repetition/definition levels are malformed")
+        parts.append(block.values)
+    return (np.concatenate(parts) if parts else np.zeros(0)).astype(np.uint16)
+
+
+def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.ndarray | None,
+                values: Block, row: np.ndarray, wanted: np.ndarray | None,
+                lo: int, hi: int) -> LeafData:
+    """Keep the items of the wanted rows (sorted; or the range ``lo..hi``) and unravel."""
+    plan: LevelPlan = plan_levels(list(layout.layers))
+    if wanted is None:
+        keep = (row >= lo) & (row < hi)
+    else:
+        pos = np.searchsorted(wanted, row)
+        keep = (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)] == row)
+    vis = visible_mask(defs, plan)
+    vis_keep = keep if vis is None else keep[vis]
+    if not vis_keep.all():
+        values = values.take(np.flatnonzero(vis_keep))
+    rep = None if rep is None else rep[keep]
+    defs = None if defs is None else defs[keep]
+    n = int(np.count_nonzero(keep))
+    layers = unravel(rep, defs, plan, n)
+    expected = (hi - lo) if wanted is None else len(wanted)
+    if layers[-1].size != expected:
+        raise CorruptFileError(f"decoded {layers[-1].size} rows of a page, expected {expected}")
+    return LeafData(layers, values)
+
+
+def chunk_ranges(state: MiniBlockState, chunks: np.ndarray) -> list[tuple[int, int]]:
+    """Byte ranges covering the chunks (consecutive chunks merged)."""
+    if len(chunks) == 0:
+        return []
+    brk = np.flatnonzero(np.diff(chunks) != 1) + 1
+    first = chunks[np.concatenate(([0], brk))]
+    last = chunks[np.concatenate((brk - 1, [len(chunks) - 1]))]
+    s = state.positions[first]
+    e = state.positions[last] + state.sizes[last]
+    return list(zip(s.tolist(), e.tolist(), strict=True))
+
+
+def chunk_starts_in(ranges_data: list[np.ndarray], state: MiniBlockState, chunks: np.ndarray,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate fetched ranges and locate each chunk inside the result."""
+    data = np.concatenate(ranges_data) if len(ranges_data) != 1 else ranges_data[0]
+    sizes = state.sizes[chunks]
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    return data, starts
+
+
+__all__ = ["MiniBlockState", "build_state", "chunk_ranges", "chunk_starts_in",
+           "chunks_for_rows", "decode_chunks", "init_buffers", "range_indices",
+           "select_rows"]
