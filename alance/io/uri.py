@@ -18,6 +18,9 @@ from alance.io.store import DEFAULT_MAX_CONCURRENCY, DatasetStore
 
 #: Requests in flight per cloud store: latency-bound, so far more than for local disks.
 CLOUD_MAX_CONCURRENCY = 64
+#: Ranges closer than this are read with one request on cloud stores: a round trip costs as
+#: much time as transferring about a megabyte.
+CLOUD_COALESCE_BYTES = 1024 * 1024
 #: obstore's own retries (under alance's): a couple, quickly, so failures surface in seconds.
 CLOUD_RETRY_CONFIG = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=20),
                       "backoff": {"init_backoff": dt.timedelta(milliseconds=50),
@@ -68,7 +71,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
-    cloud stores), ``coalesce_bytes``, ``max_retries``, and ``wrap_backend`` (a callable that
+    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``, and ``wrap_backend`` (a callable that
     wraps the byte-moving backend, e.g. to inject faults or count requests in tests).
     """
     options = dict(storage_options or {})
@@ -129,6 +132,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     if not root:
         raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
+    policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),
