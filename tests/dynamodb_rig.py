@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,18 @@ LANCE_ATTRS = ({"AttributeName": "base_uri", "AttributeType": "S"},
                {"AttributeName": "version", "AttributeType": "N"})
 
 
+#: Set to run the DynamoDB tests against another endpoint (LocalStack, AWS) instead of moto;
+#: S3 then comes from the ``ALANCE_TEST_S3_*`` variables (see ``localstack/README.md``).
+EXTERNAL_DDB_ENV = "ALANCE_TEST_DYNAMODB_ENDPOINT"
+
+
 def ddb_client(endpoint: str) -> Any:
     """A boto3 DynamoDB client (setup and inspection, not the code under test)."""
     import boto3
 
+    external = os.environ.get(EXTERNAL_DDB_ENV)
+    if external and endpoint == external:
+        return boto3.client("dynamodb", endpoint_url=endpoint)  # credentials from the env
     return boto3.client("dynamodb", endpoint_url=endpoint, region_name=REGION,
                         aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
 
@@ -56,9 +64,11 @@ def create_table(endpoint: str, name: str | None = None, *,
                  attrs: tuple[dict[str, str], ...] = LANCE_ATTRS) -> str:
     """Create a DynamoDB table (Lance's key layout unless told otherwise); returns its name."""
     name = name or f"commits-{uuid.uuid4().hex[:12]}"
-    ddb_client(endpoint).create_table(TableName=name, KeySchema=list(keys),
-                                      AttributeDefinitions=list(attrs),
-                                      BillingMode="PAY_PER_REQUEST")
+    client = ddb_client(endpoint)
+    client.create_table(TableName=name, KeySchema=list(keys), AttributeDefinitions=list(attrs),
+                        BillingMode="PAY_PER_REQUEST")
+    client.get_waiter("table_exists").wait(TableName=name,
+                                           WaiterConfig={"Delay": 1, "MaxAttempts": 60})
     return name
 
 
@@ -120,9 +130,24 @@ class DdbTarget:
 
 
 @pytest.fixture
-def ddb_target(moto_target: S3Target) -> DdbTarget:
-    """A fresh moto bucket and a fresh DynamoDB table in Lance's layout on the same server."""
-    return DdbTarget(moto_target, create_table(moto_target.endpoint), moto_target.endpoint)
+def ddb_target(request: pytest.FixtureRequest) -> Iterator[DdbTarget]:
+    """A fresh moto bucket and a fresh DynamoDB table in Lance's layout on the same server.
+
+    With ``ALANCE_TEST_DYNAMODB_ENDPOINT`` set: a fresh table there (deleted afterwards) and
+    the external S3 target of ``ALANCE_TEST_S3_*``.
+    """
+    external = os.environ.get(EXTERNAL_DDB_ENV)
+    if not external:
+        s3: S3Target = request.getfixturevalue("moto_target")
+        yield DdbTarget(s3, create_table(s3.endpoint), s3.endpoint)
+        return
+    s3 = request.getfixturevalue("external_s3_target")
+    table = create_table(external)
+    try:
+        yield DdbTarget(s3, table, external)
+    finally:
+        with contextlib.suppress(Exception):
+            ddb_client(external).delete_table(TableName=table)
 
 
 def rows(start: int, n: int) -> pa.Table:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
+from collections.abc import Iterator
 
 import lance
 import pytest
@@ -26,8 +28,10 @@ from alance.commit.handler import manifest_path
 from alance.errors import AlanceError
 from alance.format.manifest import ManifestNamingScheme
 from tests.dynamodb_rig import (
+    EXTERNAL_DDB_ENV,
     DdbTarget,
     FaultProxy,
+    create_table,
     ddb_target,
     item_versions,
     random_faults,
@@ -36,13 +40,14 @@ from tests.dynamodb_rig import (
     sorted_ids,
     start_child,
 )
+from tests.s3_servers import MotoServer
 
 __all__ = ["ddb_target"]  # the fixture, imported for pytest
 
 TIMEOUT = 120
-#: Processes and appends per process of the many-writers test (8 x 25 = 200 versions).
-PROCESSES = 8
-APPENDS = 25
+#: Processes and appends per process of the many-writers test (8 x 25 = 200 versions);
+#: ``ALANCE_TEST_DDB_WRITERS=PxA`` changes them.
+PROCESSES, APPENDS = (int(n) for n in os.environ.get("ALANCE_TEST_DDB_WRITERS", "8x25").split("x"))
 
 
 def final_key(version: int) -> str:
@@ -189,7 +194,22 @@ async def test_faulty_network_commits_succeed_or_fail_cleanly(ddb_target: DdbTar
 
 
 # -- many processes ---------------------------------------------------------------------------
-async def test_many_processes_append_through_one_table(ddb_target: DdbTarget) -> None:
+@pytest.fixture
+def busy_target(request: pytest.FixtureRequest) -> Iterator[DdbTarget]:
+    """A DynamoDB target on a moto server in its own process (this one stays idle while the
+    writers run), or the external endpoint when one is configured."""
+    if os.environ.get(EXTERNAL_DDB_ENV):
+        yield request.getfixturevalue("ddb_target")
+        return
+    server = MotoServer(mode="subprocess").start()
+    try:
+        yield DdbTarget(server.target(), create_table(server.endpoint), server.endpoint)
+    finally:
+        server.stop()
+
+
+async def test_many_processes_append_through_one_table(busy_target: DdbTarget) -> None:
+    ddb_target = busy_target
     name, uri, opts = "many", ddb_target.uri("many"), ddb_target.storage_options
     await alance.write_dataset(rows(0, 10), uri, storage_options=opts)
     started = time.monotonic()
@@ -197,7 +217,7 @@ async def test_many_processes_append_through_one_table(ddb_target: DdbTarget) ->
                           "max_retries": 200,
                           "starts": [100_000 * (p + 1) + 100 * k for k in range(APPENDS)]})
              for p in range(PROCESSES)]
-    outputs = await asyncio.gather(*(asyncio.to_thread(p.communicate, timeout=TIMEOUT)
+    outputs = await asyncio.gather(*(asyncio.to_thread(p.communicate, timeout=5 * TIMEOUT)
                                      for p in procs))
     elapsed = time.monotonic() - started
     for proc, (out, err) in zip(procs, outputs, strict=True):

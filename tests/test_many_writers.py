@@ -1,4 +1,5 @@
-"""Many writers: 8 OS processes x 10 mixed commits (append, update, delete, merge_insert).
+"""Many writers: 8 OS processes x 25 mixed commits (append, update, delete, merge_insert),
+on local disk and on S3 (moto server).
 
 Each writer changes only its own id range, plus "shared" keys every writer merge-inserts at the
 same step (so the processes race to insert the same new key). Whatever the interleaving, the
@@ -8,35 +9,39 @@ exactly once. The history must be contiguous and every version readable, by alan
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
+import pytest
 
 from alance import sync as al
 
 WRITERS = 8
-STEPS = 10
+STEPS = 25
 SHARED = 900_000
 
 WORKER = textwrap.dedent("""
-    import sys, time
+    import json, sys, time
     import pyarrow as pa
     from alance import sync as al
 
     uri, w, steps, shared = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    opts = json.loads(sys.argv[5]) or None
     base = (w + 1) * 10_000
     for s in range(steps):
-        ds = al.open_dataset(uri)
+        ds = al.open_dataset(uri, storage_options=opts)
         first = base + (s - s % 4) * 100
         if s % 4 == 0:
             ids = list(range(base + s * 100, base + s * 100 + 20))
             t = pa.table({"id": pa.array(ids, pa.int64()), "v": [0.0] * len(ids)})
-            al.write_dataset(t, uri, mode="append")
+            al.write_dataset(t, uri, mode="append", storage_options=opts)
         elif s % 4 == 1:
             ds.update({"v": str(float(s))}, where=f"id >= {first} and id < {first + 10}")
         elif s % 4 == 2:
@@ -68,21 +73,33 @@ def expected(w: int) -> dict[int, float]:
     return rows
 
 
-def test_eight_processes_mixed_commits(tmp_path: Path) -> None:
-    uri = str(tmp_path / "many.lance")
+@pytest.fixture(params=["local", "moto"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A dataset location on local disk or on moto S3, with its storage options."""
+    if request.param == "local":
+        return str(tmp_path / "many.lance"), {}
+    target = request.getfixturevalue("moto_target")
+    return target.uri("many.lance"), dict(target.storage_options)
+
+
+def test_eight_processes_mixed_commits(tmp_path: Path, where: tuple[str, dict[str, Any]],
+                                       ) -> None:
+    uri, options = where
+    opts = options or None
     al.write_dataset(pa.table({"id": pa.array(range(100), pa.int64()),
-                               "v": [1.0] * 100}), uri)
+                               "v": [1.0] * 100}), uri, storage_options=opts)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     start = time.monotonic()
     procs = [subprocess.Popen([sys.executable, str(script), uri, str(w), str(STEPS),
-                               str(SHARED)], stderr=subprocess.PIPE, text=True)
+                               str(SHARED), json.dumps(options)],
+                              stderr=subprocess.PIPE, text=True)
              for w in range(WRITERS)]
-    errors = [(p.wait(timeout=240), p.stderr.read() if p.stderr else "") for p in procs]
+    errors = [(p.wait(timeout=400), p.stderr.read() if p.stderr else "") for p in procs]
     assert all(code == 0 for code, _ in errors), [e for c, e in errors if c][:1]
     elapsed = time.monotonic() - start
 
-    ds = al.open_dataset(uri)
+    ds = al.open_dataset(uri, storage_options=opts)
     # contiguous history: one version per commit, each readable
     versions = [v["version"] for v in ds.versions()]
     assert versions == list(range(1, 2 + WRITERS * STEPS))
@@ -98,8 +115,8 @@ def test_eight_processes_mixed_commits(tmp_path: Path) -> None:
     for s in range(3, STEPS, 4):
         assert got.pop(SHARED + s) == -float(s)  # exactly one row per shared key
     assert got == want
-    pl = lance.dataset(uri)
+    pl = lance.dataset(uri, storage_options=opts)
     assert pl.version == versions[-1]
     assert pl.count_rows() == len(ids)
     assert sorted(pl.to_table()["id"].to_pylist()) == sorted(ids)
-    assert elapsed < 120
+    assert elapsed < 300

@@ -93,6 +93,13 @@ def _aio_session() -> Any:
         return _session
 
 
+def _warm_up(service: str) -> None:
+    session = _aio_session()
+    session.warm_up_loader_caches(service)
+    with contextlib.suppress(Exception):  # a broken profile surfaces when the client is made
+        session.get_scoped_config()
+
+
 class _LoopClients:
     """The clients of one event loop, and the hook that closes them when the loop ends."""
 
@@ -143,11 +150,12 @@ async def client(service: str, settings: AwsSettings) -> Any:
         found = holder.clients.get(key)
         if found is not None:
             return found
-        session = _aio_session()
         if service not in _warmed:
-            # Loading botocore's JSON models reads files: do it off the event loop, once.
-            await asyncio.to_thread(session.warm_up_loader_caches, service)
+            # Importing aiobotocore/botocore and loading botocore's JSON models and
+            # ~/.aws/config read many files: do that off the event loop, once per process.
+            await asyncio.to_thread(_warm_up, service)
             _warmed.add(service)
+        session = _aio_session()
         from aiobotocore.config import AioConfig
 
         config = AioConfig(retries={"mode": "standard", "max_attempts": SDK_MAX_ATTEMPTS},
@@ -177,15 +185,18 @@ async def close_clients() -> None:
 
 
 def _close_at_exit() -> None:
-    # Loops still running in other threads (alance.sync's background loop) get their clients
-    # closed there; a loop that is not running cannot be driven from here.
+    # A loop still running in another thread (alance.sync's background loop) closes its
+    # clients there; a stopped but open loop is driven once more from here to close them.
     with _loops_lock:
         pending = list(_loops.items())
     for loop, holder in pending:
-        if holder.clients and loop.is_running() and not loop.is_closed():
-            future = asyncio.run_coroutine_threadsafe(holder.close(), loop)
-            with contextlib.suppress(Exception):  # exiting anyway
-                future.result(timeout=2)
+        if not holder.clients or loop.is_closed():
+            continue
+        with contextlib.suppress(Exception):  # exiting anyway
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(holder.close(), loop).result(timeout=2)
+            else:
+                loop.run_until_complete(asyncio.wait_for(holder.close(), 2))
 
 
 def _forget_after_fork() -> None:

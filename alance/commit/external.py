@@ -257,7 +257,6 @@ class ExternalManifestCommitHandler(CommitHandler):
                         "%s", location.version, store.uri, exc)
 
     # -- committing --------------------------------------------------------------------------
-
     async def commit(self, store: DatasetStore, version: int, manifest: bytes,
                      naming_scheme: ManifestNamingScheme) -> ManifestLocation:
         staged = staged_manifest_path(version, naming_scheme)

@@ -64,11 +64,7 @@ class ReadContext:
             size = data_file.file_size_bytes or None
             path = f"{DATA_DIR}/{data_file.path}"
             version = (data_file.file_major_version, data_file.file_minor_version)
-            if version >= (2, 0):
-                if version < (2, 1):
-                    raise UnsupportedFeatureError(
-                        f"data file {data_file.path} uses file format 2.0; alance reads "
-                        "2.1 and later 2.x files so far")
+            if version >= (2, 0) or version == (0, 3):
                 columns = dict(zip(data_file.fields, data_file.column_indices, strict=False))
                 reader = await DataFileReader.open_v2(self.store, path, schema, size, columns)
             else:

@@ -71,8 +71,9 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
-    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``, and ``wrap_backend`` (a callable that
-    wraps the byte-moving backend, e.g. to inject faults or count requests in tests).
+    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``, and
+    ``wrap_backend`` (a callable that wraps the byte-moving backend, e.g. to inject faults or
+    count requests in tests).
     """
     options = dict(storage_options or {})
     wrap = options.pop("wrap_backend", None)

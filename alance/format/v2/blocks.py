@@ -26,13 +26,23 @@ class Fixed:
 
     values: np.ndarray
     bits: int
+    #: Fixed-size lists only: validity of the items, ``(n, dim)`` booleans (None: all valid).
+    item_valid: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.values.shape[0])
 
     def take(self, idx: np.ndarray) -> Fixed:
         """The values at ``idx``."""
-        return Fixed(self.values[idx], self.bits)
+        inner = None if self.item_valid is None else self.item_valid[idx]
+        return Fixed(self.values[idx], self.bits, inner)
+
+    def slice(self, start: int, stop: int) -> Fixed:
+        """Values ``start..stop``."""
+        if not 0 <= start <= stop <= len(self):
+            raise CorruptFileError("a page holds fewer values than its rows need")
+        inner = None if self.item_valid is None else self.item_valid[start:stop]
+        return Fixed(self.values[start:stop], self.bits, inner)
 
     @staticmethod
     def from_bytes(raw: np.ndarray, bits: int, n: int) -> Fixed:
@@ -69,6 +79,12 @@ class Variable:
     def __len__(self) -> int:
         return int(len(self.offsets) - 1)
 
+    def slice(self, start: int, stop: int) -> Variable:
+        """Values ``start..stop``."""
+        if not 0 <= start <= stop <= len(self):
+            raise CorruptFileError("a page holds fewer values than its rows need")
+        return Variable(self.offsets[start: stop + 1], self.data)
+
     def take(self, idx: np.ndarray) -> Variable:
         """The values at ``idx``."""
         from alance.format.v2.kernels import gather_ranges
@@ -79,19 +95,57 @@ class Variable:
         return Variable(np.concatenate(([0], np.cumsum(lens))).astype(np.int64), data)
 
 
+@dataclass
+class FsstVariable(Variable):
+    """FSST-compressed variable-width values, decompressed only when used (so a ``take``
+    expands just the strings it keeps)."""
+
+    symbol_table: bytes = b""
+
+    def slice(self, start: int, stop: int) -> FsstVariable:
+        """Values ``start..stop`` (still compressed)."""
+        v = Variable.slice(self, start, stop)
+        return FsstVariable(v.offsets, v.data, self.symbol_table)
+
+    def take(self, idx: np.ndarray) -> FsstVariable:
+        """The values at ``idx`` (still compressed)."""
+        v = Variable.take(self, idx)
+        return FsstVariable(v.offsets, v.data, self.symbol_table)
+
+    def decoded(self) -> Variable:
+        """The decompressed values."""
+        from alance.format.v2.kernels import fsst_decode
+
+        start, end = int(self.offsets[0]), int(self.offsets[-1])
+        data, offs = fsst_decode(self.symbol_table, self.data[start:end],
+                                 self.offsets - start)
+        return Variable(offs, data)
+
+
 Block = Fixed | Variable
+
+
+def plain(block: Block) -> Block:
+    """``block`` with any deferred decompression done."""
+    return block.decoded() if isinstance(block, FsstVariable) else block
 
 
 def concat_blocks(blocks: list[Block]) -> Block:
     """Join blocks of the same kind end to end."""
     if len(blocks) == 1:
         return blocks[0]
+    blocks = [plain(b) for b in blocks]
     if all(isinstance(b, Fixed) for b in blocks):
         fixed = [b for b in blocks if isinstance(b, Fixed)]
         bits = {b.bits for b in fixed}
         if len(bits) != 1:
             raise CorruptFileError("pages of one column decode to different value widths")
-        return Fixed(np.concatenate([b.values for b in fixed]), fixed[0].bits)
+        inner = None
+        dims = [b.item_valid.shape[1] for b in fixed if b.item_valid is not None]
+        if dims:
+            inner = np.concatenate([np.ones((len(b), dims[0]), bool)
+                                    if b.item_valid is None else b.item_valid for b in fixed])
+        return Fixed(np.concatenate([b.values for b in fixed]), fixed[0].bits, inner)
     if all(isinstance(b, Variable) for b in blocks):
         var = [b for b in blocks if isinstance(b, Variable)]
         datas, offs, base = [], [np.zeros(1, np.int64)], 0
@@ -116,6 +170,7 @@ def _validity_buffer(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
 
 def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
     """An Arrow array of ``dtype`` from decoded values and an optional validity mask."""
+    block = plain(block)
     n = len(block)
     if valid is not None and len(valid) != n:
         raise CorruptFileError(f"{len(valid)} validity bits for {n} values")
@@ -123,8 +178,8 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
     if pa.types.is_null(dtype):
         return pa.nulls(n)
     if pa.types.is_dictionary(dtype):
-        plain = to_arrow(block, dtype.value_type, valid)
-        return plain.dictionary_encode().cast(dtype)
+        values = to_arrow(block, dtype.value_type, valid)
+        return values.dictionary_encode().cast(dtype)
     storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
     if isinstance(block, Variable):
         if not (pa.types.is_string(storage) or pa.types.is_binary(storage)
@@ -156,7 +211,12 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
         item_bytes = width // 8
         if len(raw) != n * dim * item_bytes:
             raise CorruptFileError("fixed-size list values have the wrong size")
-        child = pa.Array.from_buffers(child_type, n * dim, [None, pa.py_buffer(raw)])
+        cvalid, cnulls = None, 0
+        if block.item_valid is not None:
+            flat = np.broadcast_to(block.item_valid, (n, dim)).reshape(-1)
+            cvalid, cnulls = _validity_buffer(flat)
+        child = pa.Array.from_buffers(child_type, n * dim, [cvalid, pa.py_buffer(raw)],
+                                      null_count=cnulls)
         arr = pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vbuf is None else
                                                 pa.array(~valid))  # type: ignore[operator]
         return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
@@ -168,4 +228,4 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
     return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
 
 
-__all__ = ["Block", "Fixed", "Variable", "concat_blocks", "to_arrow"]
+__all__ = ["Block", "Fixed", "FsstVariable", "Variable", "concat_blocks", "plain", "to_arrow"]

@@ -17,12 +17,12 @@ import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError, UnsupportedFeatureError
-from alance.format.v2.blocks import Block, Fixed, Variable
+from alance.format.v2.blocks import Block, Fixed, FsstVariable, Variable
 from alance.format.v2.kernels import (
     BLOCK,
     UINT,
     decompress,
-    fsst_decode,
+    fsst_symbols,
     gather_ranges,
     range_indices,
     unpack_fastlanes,
@@ -49,6 +49,10 @@ def _which(enc: pb.CompressiveEncoding) -> str:
     if which is None:
         raise CorruptFileError("compressive encoding is empty")
     return which
+
+
+def _fsst_on(table: bytes) -> bool:
+    return len(table) >= 8 and bool((int.from_bytes(table[:8], "little") >> 24) & 1)
 
 
 def _flat_bits(enc: pb.CompressiveEncoding, what: str) -> int:
@@ -111,6 +115,8 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int) -> Fixed:
         packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
         out[sel] = unpack_fastlanes(packed, t, int(w))
     flat = out.reshape(-1)
+    if (counts[:-1] == BLOCK).all():  # only the last chunk may be short: a plain prefix
+        return Fixed(flat[: (len(counts) - 1) * BLOCK + int(counts[-1])], t)
     idx = range_indices(np.arange(len(counts), dtype=np.int64) * BLOCK, counts)
     return Fixed(flat[idx], t)
 
@@ -204,6 +210,8 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         if len(bufs) != 2:
             raise CorruptFileError("RLE mini-blocks need two buffers")
         return _rle_chunks(enc.rle, bufs[0], bufs[1], counts)
+    if which == "fixed_size_list" and enc.fixed_size_list.has_validity:
+        return _fsl_with_validity(enc.fixed_size_list, bufs, counts)
     if len(bufs) != 1:
         raise CorruptFileError(f"{which} mini-blocks need one buffer, got {len(bufs)}")
     (buf,) = bufs
@@ -222,8 +230,9 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         coded = miniblock_values(enc.fsst.values, [buf], counts)
         if not isinstance(coded, Variable):
             raise CorruptFileError("FSST over fixed-width values")
-        data, offs = fsst_decode(enc.fsst.symbol_table, coded.data, coded.offsets)
-        return Variable(offs, data)
+        if _fsst_on(enc.fsst.symbol_table):
+            fsst_symbols(enc.fsst.symbol_table)  # a bad table fails here, not later
+        return FsstVariable(coded.offsets, coded.data, enc.fsst.symbol_table)
     if which == "byte_stream_split":
         return _bss_chunks(enc.byte_stream_split, buf, counts)
     if which == "fixed_size_list":
@@ -234,6 +243,20 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         items = miniblock_values(fsl.values, [buf], counts * dim)
         return _group_fsl(items, dim, int(counts.sum()))
     raise UnsupportedFeatureError(f"mini-block encoding {which!r} is not supported")
+
+
+def _fsl_with_validity(fsl: pb.FixedSizeList, bufs: list[ChunkBufs],
+                       counts: np.ndarray) -> Fixed:
+    """Fixed-size lists whose items can be null: an item bitmap buffer, then the values."""
+    if len(bufs) != 2 or _which(fsl.values) != "flat":
+        raise UnsupportedFeatureError("nested or compressed fixed-size lists with null items")
+    dim = int(fsl.items_per_value)
+    items = counts * dim
+    bitmap = _fixed_from_chunks(bufs[0], items, 1)
+    inner = miniblock_values(fsl.values, [bufs[1]], items)
+    out = _group_fsl(inner, dim, int(counts.sum()))
+    out.item_valid = bitmap.values.reshape(-1, dim) if dim else None
+    return out
 
 
 def _group_fsl(inner: Block, dim: int, n: int) -> Fixed:
@@ -283,6 +306,8 @@ def block_values(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Block:
         return _inline_block(raw, n, t)
     if which == "variable":
         return _variable_block(raw, n)
+    if which == "rle":
+        return _rle_block(enc.rle, raw, n)
     if which == "constant":
         value = enc.constant.value
         if not value:
@@ -296,6 +321,27 @@ def block_values(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Block:
         dim = int(fsl.items_per_value)
         return _group_fsl(block_values(fsl.values, raw, n * dim), dim, n)
     raise UnsupportedFeatureError(f"block encoding {which!r} is not supported")
+
+
+def _rle_block(enc: pb.Rle, raw: np.ndarray, n: int) -> Fixed:
+    """A whole-buffer RLE: u64 byte size of the run values, the values, then u8 lengths."""
+    bits = _flat_bits(enc.values, "RLE values")
+    if _flat_bits(enc.run_lengths, "RLE run lengths") != 8 or bits not in UINT:
+        raise UnsupportedFeatureError("RLE block with unusual widths")
+    if len(raw) < 8:
+        raise CorruptFileError("RLE block is truncated")
+    size = int(raw[:8].copy().view("<u8")[0])
+    wb = bits // 8
+    if size % wb or 8 + size > len(raw):
+        raise CorruptFileError("RLE block sizes are inconsistent")
+    values = raw[8: 8 + size].copy().view(f"<u{wb}")
+    lengths = raw[8 + size:].astype(np.int64)
+    if len(lengths) != len(values):
+        raise CorruptFileError("RLE block has a different number of values and lengths")
+    out = np.repeat(values, lengths)
+    if len(out) < n:
+        raise CorruptFileError("RLE block holds fewer values than expected")
+    return Fixed(out[:n], bits)
 
 
 def _inline_block(raw: np.ndarray, n: int, t: int) -> Fixed:

@@ -32,11 +32,13 @@ FOOTER_SIZE = 40
 MAGIC = b"LANC"
 DEFAULT_TAIL_SIZE = 64 * 1024
 SUPPORTED_VERSIONS = ((2, 0), (2, 1), (2, 2))
+#: Footer version numbers of format 2.0 files (written before the 2.x numbering).
+V2_0_FOOTER = (0, 3)
 
 
 @dataclass(frozen=True)
 class Footer:
-    """The fixed-size footer of a 2.x file."""
+    """The fixed-size footer of a 2.x file (format 2.0's footer says 0.3: given as 2.0)."""
 
     column_meta_start: int
     cmo_table_start: int
@@ -55,6 +57,8 @@ def parse_footer(tail: bytes | memoryview, file_size: int) -> Footer:
     if raw[-4:] != MAGIC:
         raise CorruptFileError("not a Lance file (bad magic)")
     cm, cmo, gbo, ng, nc, major, minor = struct.unpack_from("<QQQIIHH", raw)
+    if (major, minor) == V2_0_FOOTER:
+        major, minor = 2, 0
     footer = Footer(cm, cmo, gbo, ng, nc, major, minor)
     if (major, minor) not in SUPPORTED_VERSIONS:
         if major < 2:
@@ -169,7 +173,7 @@ def _parse_column(index: int, raw: bytes, version: tuple[int, int], num_rows: in
                                                   strict=True)]
         pages.append(PageInfo(int(page.length), row, bufs, msg))
         row += int(page.length)
-    if pages and row != num_rows:
+    if pages and row != num_rows and version != (2, 0):  # 2.0 item columns differ
         raise CorruptFileError(f"column {index}: pages hold {row} rows, the file {num_rows}")
     starts = np.array([p.first_row for p in pages] + [row], dtype=np.int64)
     cbufs = [(int(o), int(s)) for o, s in zip(meta.buffer_offsets, meta.buffer_sizes,
@@ -183,7 +187,16 @@ def open_file(file_size: int, *, tail_size: int = DEFAULT_TAIL_SIZE,
 
     One step (the tail) when the metadata fits in ``tail_size`` bytes, else two.
     """
-    return coalesced(_open_file(file_size, tail_size, tail), gap=0, file_size=file_size)
+    return coalesced(_guarded_open(file_size, tail_size, tail), gap=0, file_size=file_size)
+
+
+def _guarded_open(file_size: int, tail_size: int, tail: bytes | None) -> Plan[V2File]:
+    try:
+        return (yield from _open_file(file_size, tail_size, tail))
+    except (ValueError, IndexError, OverflowError) as exc:
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise CorruptFileError(f"malformed 2.x file metadata: {exc}") from exc
 
 
 def _open_file(file_size: int, tail_size: int, tail: bytes | None) -> Plan[V2File]:

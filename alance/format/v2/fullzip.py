@@ -50,6 +50,8 @@ def decode_rows(layout: pb.FullZipLayout, data: np.ndarray, row_starts: np.ndarr
                 row_ends: np.ndarray) -> LeafData:
     """Decode whole rows; row ``i`` occupies ``data[row_starts[i] : row_ends[i]]``."""
     plan = plan_levels(list(layout.layers))
+    if layout.bits_rep > 16 or layout.bits_def > 16:
+        raise CorruptFileError("full-zip control words wider than 16 bits per level")
     cw = control_bytes(layout)
     bits_def = int(layout.bits_def)
     detail = layout.WhichOneof("details")

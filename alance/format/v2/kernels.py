@@ -32,18 +32,22 @@ def gather_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
         return data[:0]
+    if len(starts) > 1 and np.array_equal(starts[1:], starts[:-1] + lengths[:-1]):
+        starts, lengths = starts[:1], np.array([total])  # one contiguous run
     if len(starts) == 1:
         s = int(starts[0])
         out = data[s: s + total]
         if len(out) != total:
             raise CorruptFileError("a buffer range runs past the end of its data")
         return out
+    if starts.min() < 0 or (starts + lengths).max() > len(data):
+        raise CorruptFileError("a buffer range runs past the end of its data")
+    if total >= 64 * len(starts):  # long ranges: copying slices beats index arithmetic
+        return np.concatenate([data[s: s + n] for s, n in
+                               zip(starts.tolist(), lengths.tolist(), strict=True)])
     ends = np.cumsum(lengths)
     shift = np.repeat(starts - (ends - lengths), lengths)
-    idx = np.arange(total, dtype=np.int64) + shift
-    if idx.min() < 0 or idx.max() >= len(data):
-        raise CorruptFileError("a buffer range runs past the end of its data")
-    return data[idx]
+    return data[np.arange(total, dtype=np.int64) + shift]
 
 
 def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -59,17 +63,20 @@ def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 @cache
 def _fastlanes_plan(t: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For word size ``t`` and width ``w``: per row the word index, the shift, whether the
-    value spills into the next word, and the output position of (row, lane)."""
+    """For word size ``t`` and width ``w``: per row of a lane the word holding its first bit
+    and the shift; the rows that spill into the next word; and the order of the ``t / 8``
+    row groups in the output."""
     rows = np.arange(t, dtype=np.int64)
     bit = rows * w
     word = bit // t
     shift = bit % t
-    spill = shift + w > t
-    lanes = BLOCK // t
-    order = np.asarray(_LANE_ORDER, dtype=np.int64)
-    pos = (order[rows // 8] * 16 + (rows % 8) * 128)[:, None] + np.arange(lanes)[None, :]
-    return word, shift, spill, pos
+    spill = np.flatnonzero(shift + w > t)
+    # Row r = 8 * g + s of lane l lands at s * 128 + _LANE_ORDER[g] * 16 + l; for a given s
+    # the groups are blocks of 1024 / t lanes, group g at block _LANE_ORDER[g] * t / 64.
+    groups = t // 8
+    block = np.array([_LANE_ORDER[g] * t // 64 for g in range(groups)], dtype=np.int64)
+    inverse = np.argsort(block)
+    return word, shift, spill, inverse
 
 
 def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
@@ -84,22 +91,19 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
     lanes = BLOCK // t
     if words.shape[1] != w * lanes:
         raise CorruptFileError("bit-packed block has the wrong size")
-    word, shift, spill, pos = _fastlanes_plan(t, w)
-    packed = words.reshape(k, w, lanes).astype(np.uint64, copy=False)
+    word, shift, spill, inverse = _fastlanes_plan(t, w)
+    packed = np.ascontiguousarray(words, dtype=dtype).reshape(k, w, lanes)
     if w == t:
         vals = packed
     else:
-        lo = packed[:, word, :] >> shift.astype(np.uint64)[None, :, None]
-        nxt = np.minimum(word + 1, w - 1)
-        up = (t - shift).astype(np.uint64)
-        up = np.where(spill, up, 0).astype(np.uint64)
-        hi = packed[:, nxt, :] << up[None, :, None]
-        hi = np.where(spill[None, :, None], hi, np.uint64(0))
-        mask = np.uint64((1 << w) - 1)
-        vals = (lo | hi) & mask
-    out = np.empty((k, BLOCK), dtype=dtype)
-    out[:, pos.ravel()] = vals.reshape(k, -1).astype(dtype, copy=False)
-    return out
+        vals = packed[:, word, :] >> shift.astype(dtype)[None, :, None]
+        if len(spill):
+            up = (t - shift[spill]).astype(dtype)[None, :, None]
+            vals[:, spill, :] |= packed[:, word[spill] + 1, :] << up
+        vals &= dtype((1 << w) - 1)
+    grouped = vals.reshape(k, t // 8, 8, lanes).transpose(0, 2, 1, 3)
+    out = np.take(grouped, inverse, axis=2)
+    return out.reshape(k, BLOCK)
 
 
 def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -137,33 +141,47 @@ def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
             raise CorruptFileError("FSST symbol table has a bad magic number")
         return data, np.asarray(offsets, dtype=np.int64)
     expand, length = fsst_symbols(table)
-    codes = data.astype(np.int64)
+    codes = data.astype(np.int32)
     n = len(codes)
     if n == 0:
         return data[:0], np.zeros(len(offsets), dtype=np.int64)
     # Escapes: in each maximal run of 255 bytes, every other byte from the first is an escape
     # and the byte after an escape is a literal.
     is_ff = data == 255
+    if not is_ff.any():
+        return _fsst_expand(expand, length, codes, offsets)
     run_start = is_ff & ~np.concatenate(([False], is_ff[:-1]))
     run_id = np.cumsum(run_start)
     first = np.flatnonzero(run_start)
     pos_in_run = np.arange(n) - first[np.maximum(run_id - 1, 0)] if len(first) else np.zeros(n)
     escape = is_ff & (pos_in_run % 2 == 0)
     literal = np.concatenate(([False], escape[:-1]))
-    row = np.where(literal, 256 + codes, codes)
-    lens = length[row]
     if escape[-1]:
         raise CorruptFileError("FSST data ends with an escape byte")
-    ends = np.cumsum(lens)
-    total = int(ends[-1])
-    src = np.repeat(np.arange(n), lens)
-    within = np.arange(total) - np.repeat(ends - lens, lens)
-    out = expand[row[src], within]
-    starts = np.concatenate(([0], ends))
+    return _fsst_expand(expand, length, np.where(literal, 256 + codes, codes), offsets)
+
+
+def _fsst_expand(expand: np.ndarray, length: np.ndarray, row: np.ndarray,
+                 offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the expansion of every code (row of ``expand``): Arrow's take on a binary
+    array of the 512 expansions does it in one pass and also yields each code's offset."""
+    n = len(row)
     offs = np.asarray(offsets, dtype=np.int64)
-    if offs.min() < 0 or offs.max() > n:
+    if len(offs) and (offs.min() < 0 or offs.max() > n):
         raise CorruptFileError("FSST offsets point outside the data")
-    return out, starts[offs]
+    longest = int(length.max()) * n
+    large = longest >= 2**31 - 1
+    sym_offsets = np.concatenate(([0], np.cumsum(length))).astype(np.int64 if large else np.int32)
+    sym_bytes = expand[np.arange(8)[None, :] < length[:, None]]
+    table = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(length),
+                                  [None, pa.py_buffer(sym_offsets), pa.py_buffer(sym_bytes)])
+    taken = table.take(pa.array(row.astype(np.int32, copy=False)))
+    code_ends = np.frombuffer(taken.buffers()[1], dtype=np.int64 if large else np.int32,
+                              count=n + 1)
+    total = int(code_ends[-1])
+    out = np.frombuffer(taken.buffers()[2], dtype=np.uint8, count=total) if total else \
+        np.zeros(0, np.uint8)
+    return out, code_ends[offs].astype(np.int64)
 
 
 def _zstd_content_size(buf: bytes) -> int | None:

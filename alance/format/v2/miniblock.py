@@ -101,6 +101,12 @@ def build_state(layout: pb.MiniBlockLayout, buffers: list[tuple[int, int]], num_
     return MiniBlockState(counts, positions, sizes, first_row, starts, trailer, dictionary)
 
 
+def chunks_for_range(state: MiniBlockState, lo: int, hi: int) -> np.ndarray:
+    """Chunk indices holding page rows ``lo..hi``."""
+    ends = chunks_for_rows(state, np.array([lo, hi - 1], dtype=np.int64))
+    return np.arange(int(ends[0]), int(ends[-1]) + 1, dtype=np.int64)
+
+
 def chunks_for_rows(state: MiniBlockState, rows: np.ndarray) -> np.ndarray:
     """Sorted chunk indices holding the (sorted, page-local) ``rows``."""
     has = np.flatnonzero(state.starts > 0)
@@ -128,7 +134,7 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     """Decode chunks whose bytes start at ``starts`` in ``data``.
 
     Returns rep levels, def levels, values of the visible items and the page row of every
-    item.
+    item (or, when items are consecutive rows, just the row of the first item).
     """
     plan = plan_levels(list(layout.layers))
     has_rep = layout.HasField("rep_compression")
@@ -185,6 +191,11 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     n_vis = n_items if vis is None else int(np.count_nonzero(vis))
     if (vis is not None and n_vis != len(values)) or (vis is None and n_items != len(values)):
         raise CorruptFileError("mini-block value count disagrees with its levels")
+    contiguous = len(chunks) == 0 or int(chunks[-1] - chunks[0]) == len(chunks) - 1
+    if (rep is None or not plan.max_rep) and contiguous:
+        # Items are rows, in order: row numbers are a plain range.
+        first = int(state.first_row[chunks[0]]) if len(chunks) else 0
+        return rep, defs, values, np.array([first], dtype=np.int64)
     chunk_of_item = np.repeat(np.arange(len(chunks)), items_per_chunk)
     if rep is not None and plan.max_rep:
         is_start = (rep == plan.max_rep).astype(np.int64)
@@ -214,18 +225,34 @@ def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.nda
                 lo: int, hi: int) -> LeafData:
     """Keep the items of the wanted rows (sorted; or the range ``lo..hi``) and unravel."""
     plan: LevelPlan = plan_levels(list(layout.layers))
+    n_items = len(rep) if rep is not None else len(defs) if defs is not None else len(values)
+    if len(row) != n_items or n_items == 1:
+        # Consecutive rows starting at row[0].
+        first = int(row[0])
+        if wanted is None and defs is None and rep is None:
+            sl = values.slice(lo - first, hi - first)
+            layers = unravel(None, None, plan, len(sl))
+            return LeafData(layers, sl)
+        row = np.arange(first, first + n_items, dtype=np.int64)
+    # Items of a row are consecutive and rows ascend, so each wanted row is a run of items.
     if wanted is None:
-        keep = (row >= lo) & (row < hi)
+        first_item = np.searchsorted(row, [lo, hi])
+        items = np.arange(first_item[0], first_item[1])
     else:
-        pos = np.searchsorted(wanted, row)
-        keep = (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)] == row)
+        begin = np.searchsorted(row, wanted, side="left")
+        end = np.searchsorted(row, wanted, side="right")
+        items = range_indices(begin, end - begin)
     vis = visible_mask(defs, plan)
-    vis_keep = keep if vis is None else keep[vis]
-    if not vis_keep.all():
-        values = values.take(np.flatnonzero(vis_keep))
-    rep = None if rep is None else rep[keep]
-    defs = None if defs is None else defs[keep]
-    n = int(np.count_nonzero(keep))
+    if vis is None:
+        if len(items) != len(values):
+            values = values.take(items)
+    else:
+        slot = np.cumsum(vis) - 1  # value index of each visible item
+        vitems = items[vis[items]]
+        values = values.take(slot[vitems])
+    rep = None if rep is None else rep[items]
+    defs = None if defs is None else defs[items]
+    n = len(items)
     layers = unravel(rep, defs, plan, n)
     expected = (hi - lo) if wanted is None else len(wanted)
     if layers[-1].size != expected:

@@ -16,7 +16,12 @@ import numpy as np
 import pyarrow as pa
 
 from alance._proto import encodings_v2_1_pb2 as pb
-from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from alance.errors import (
+    AlanceError,
+    CorruptFileError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from alance.format.legacy.plan import Plan, coalesced, gather
 from alance.format.schema import LanceField, LanceSchema
 from alance.format.v2 import fullzip, miniblock
@@ -31,6 +36,7 @@ from alance.format.v2.leaf import (
     leaves_of,
 )
 from alance.format.v2.levels import plan_levels, row_starts, unravel, visible_mask
+from alance.format.v2.v20 import Rows20, read_field20
 
 T = TypeVar("T")
 DEFAULT_COALESCE_GAP = 64 * 1024
@@ -81,8 +87,10 @@ def _read_miniblock(file: V2File, key: tuple[int, int], page: PageInfo,
     n_chunks = len(state.counts)
     if whole:
         chunks = np.arange(n_chunks, dtype=np.int64)
+    elif rows.wanted is None:
+        chunks = miniblock.chunks_for_range(state, rows.lo, rows.hi)
     else:
-        chunks = miniblock.chunks_for_rows(state, rows.array())
+        chunks = miniblock.chunks_for_rows(state, rows.wanted)
     if prefetched is not None:
         data = np.frombuffer(prefetched, dtype=np.uint8)
         starts = state.positions[chunks] - page.buffers[1][0]
@@ -260,6 +268,21 @@ def _read_page(file: V2File, key: tuple[int, int], page: PageInfo, rows: Rows,
     raise UnsupportedFeatureError(f"page layout {which!r} is not supported yet")
 
 
+#: Low-level errors that, raised while decoding, can only mean the bytes are malformed.
+_DECODE_ERRORS = (ValueError, IndexError, OverflowError, MemoryError, TypeError,
+                  pa.ArrowException)
+
+
+def _guarded(plan: Plan[T]) -> Plan[T]:
+    """Run ``plan``, turning stray low-level decoding errors into CorruptFileError."""
+    try:
+        return (yield from plan)
+    except AlanceError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise CorruptFileError(f"malformed 2.x data: {type(exc).__name__}: {exc}") from exc
+
+
 def _empty_batch(fields: list[LanceField]) -> pa.RecordBatch:
     schema = pa.schema([f.to_arrow() for f in fields])
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
@@ -276,15 +299,14 @@ class V2FileReader:
                  columns: Mapping[int, int] | None = None,
                  coalesce_gap: int = DEFAULT_COALESCE_GAP) -> None:
         """Bind an opened file to the schema used to interpret it."""
-        if file.version < (2, 1):
-            raise UnsupportedFeatureError(
-                f"Lance file version {file.version[0]}.{file.version[1]} is not supported yet")
         schema = schema if schema is not None else file.schema
         if schema is None:
             raise InvalidInputError("no schema: pass one")
         self.file = file
         self.schema = schema
-        if columns is None:
+        if columns is None and file.version == (2, 0):
+            columns = {f.id: i for i, f in enumerate(schema.walk())}
+        elif columns is None:
             leaves = [leaf for f in schema.fields for leaf in leaves_of(f)]
             columns = {leaf.id: i for i, leaf in enumerate(leaves)}
         self.columns = dict(columns)
@@ -296,7 +318,7 @@ class V2FileReader:
         return self.file.num_rows
 
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
-        return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
+        return coalesced(_guarded(plan), gap=self.coalesce_gap, file_size=self.file.file_size)
 
     def _project(self, projection: LanceSchema | Sequence[int] | None) -> list[LanceField]:
         if projection is None:
@@ -310,6 +332,8 @@ class V2FileReader:
     def _plan(self, fields: list[LanceField], rows: Rows) -> Plan[pa.RecordBatch]:
         if rows.count == 0:
             return _empty_batch(fields)
+        if self.file.version == (2, 0):
+            return (yield from self._plan20(fields, rows))
         plans: list[Plan[LeafData]] = []
         ids: list[int] = []
         for f in fields:
@@ -330,6 +354,16 @@ class V2FileReader:
             if len(a) != rows.count:
                 raise CorruptFileError(f"decoded {len(a)} rows, expected {rows.count}")
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _plan20(self, fields: list[LanceField], rows: Rows) -> Plan[pa.RecordBatch]:
+        sel = Rows20(rows.lo, rows.hi, rows.wanted)
+        arrays = yield from gather([read_field20(self.file, f, self.columns, sel)
+                                    for f in fields])
+        for a in arrays:
+            if len(a) != rows.count:
+                raise CorruptFileError(f"decoded {len(a)} rows, expected {rows.count}")
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([f.to_arrow()
+                                                                    for f in fields]))
 
     def read_range(self, start: int, stop: int,
                    projection: LanceSchema | Sequence[int] | None = None,
