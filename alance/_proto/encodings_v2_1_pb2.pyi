@@ -89,7 +89,7 @@ Global___CompressionScheme: _TypeAlias = CompressionScheme  # noqa: Y015
 @_typing.final
 class MiniBlockLayout(_message.Message):
     """Small values: items cut into independently compressed mini-blocks.
-    Page buffers: 0 = chunk metadata (u16 per block), 1 = the blocks,
+    Page buffers: 0 = chunk metadata (a word per block), 1 = the blocks,
     then the dictionary (if any), then the repetition index (if any).
     """
 
@@ -104,6 +104,7 @@ class MiniBlockLayout(_message.Message):
     NUM_BUFFERS_FIELD_NUMBER: _builtins.int
     REPETITION_INDEX_DEPTH_FIELD_NUMBER: _builtins.int
     NUM_ITEMS_FIELD_NUMBER: _builtins.int
+    HAS_LARGE_CHUNK_FIELD_NUMBER: _builtins.int
     num_dictionary_items: _builtins.int
     num_buffers: _builtins.int
     """Value buffers per mini-block (not counting rep/def buffers)."""
@@ -111,6 +112,10 @@ class MiniBlockLayout(_message.Message):
     """Levels of random access the repetition index supports (0: none)."""
     num_items: _builtins.int
     """Items in the page (equals rows unless there are lists)."""
+    has_large_chunk: _builtins.bool
+    """Chunk metadata words and per-chunk value buffer sizes are u32 instead of
+    u16 (chunks may exceed 64 KiB). Set by 2.2 writers.
+    """
     @_builtins.property
     def rep_compression(self) -> Global___CompressiveEncoding:
         """How repetition levels are compressed (absent: no repetition)."""
@@ -143,10 +148,11 @@ class MiniBlockLayout(_message.Message):
         num_buffers: _builtins.int = ...,
         repetition_index_depth: _builtins.int = ...,
         num_items: _builtins.int = ...,
+        has_large_chunk: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["def_compression", b"def_compression", "dictionary", b"dictionary", "rep_compression", b"rep_compression", "value_compression", b"value_compression"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["def_compression", b"def_compression", "dictionary", b"dictionary", "layers", b"layers", "num_buffers", b"num_buffers", "num_dictionary_items", b"num_dictionary_items", "num_items", b"num_items", "rep_compression", b"rep_compression", "repetition_index_depth", b"repetition_index_depth", "value_compression", b"value_compression"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["def_compression", b"def_compression", "dictionary", b"dictionary", "has_large_chunk", b"has_large_chunk", "layers", b"layers", "num_buffers", b"num_buffers", "num_dictionary_items", b"num_dictionary_items", "num_items", b"num_items", "rep_compression", b"rep_compression", "repetition_index_depth", b"repetition_index_depth", "value_compression", b"value_compression"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,6 +1,7 @@
 """The mini-block page layout (2.1+): small values cut into independently decodable chunks.
 
-Page buffers: 0 = chunk metadata (one u16 word per chunk in 2.1, u32 from 2.2: the low 4 bits
+Page buffers: 0 = chunk metadata (one u16 word per chunk; u32 when the layout says
+``has_large_chunk``, as 2.2 writers do: the low 4 bits
 are log2 of the chunk's value count, the rest the chunk size in 8-byte words minus one);
 1 = the chunks; then the dictionary (if any) and the repetition index (if any: per chunk
 ``depth + 1`` u64 values, the rows that end in the chunk and the items left over after them).

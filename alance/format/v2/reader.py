@@ -68,7 +68,7 @@ def _bytes(views: Sequence[bytes | memoryview]) -> list[np.ndarray]:
 
 def _read_miniblock(file: V2File, key: tuple[int, int], page: PageInfo,
                     layout: pb.MiniBlockLayout, rows: Rows) -> Plan[LeafData]:
-    wide = file.version >= (2, 2)
+    wide = layout.has_large_chunk
     state = file.page_state.get(key)
     whole = rows.whole(page.num_rows)
     prefetched = None
