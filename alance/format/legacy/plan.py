@@ -42,6 +42,24 @@ def run_plan(plan: Plan[T], fetch: Callable[[list[Range]], Sequence[bytes]]) -> 
         return done.value  # type: ignore[no-any-return]
 
 
+def read_tail(file_size: int, footer_size: int, tail_size: int,
+              tail: bytes | None) -> Plan[bytes]:
+    """Plan getting the last ``tail_size`` bytes of a file (at least its footer).
+
+    ``tail`` may hold bytes already fetched from the end of the file; they are used when they
+    cover the footer. A file shorter than its footer, or a short read, is corrupt.
+    """
+    if file_size < footer_size:
+        raise CorruptFileError(f"file too short for a Lance file ({file_size} bytes)")
+    if tail is not None and len(tail) >= footer_size:
+        return tail
+    start = max(0, file_size - tail_size)
+    (got,) = yield [(start, file_size)]
+    if len(got) != file_size - start:
+        raise CorruptFileError("short read of the file tail")
+    return bytes(got)
+
+
 def fetch_from(data: bytes | memoryview) -> Callable[[list[Range]], list[bytes]]:
     """A ``fetch`` for :func:`run_plan` over a file held in memory (truncates like a store)."""
     view = memoryview(data)

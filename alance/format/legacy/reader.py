@@ -21,7 +21,7 @@ from alance.format.legacy.layout import (
     parse_footer,
     parse_metadata,
 )
-from alance.format.legacy.plan import Plan, coalesced, gather
+from alance.format.legacy.plan import Plan, coalesced, gather, read_tail
 from alance.format.schema import LanceField, LanceSchema
 
 T = TypeVar("T")
@@ -111,14 +111,7 @@ def open_file(file_size: int, field_ids: Sequence[int] | None = None, *,
 
 def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
                tail: bytes | None) -> Plan[LegacyFile]:
-    if file_size < FOOTER_SIZE:
-        raise CorruptFileError(f"file too short for a Lance file ({file_size} bytes)")
-    if tail is None or len(tail) < FOOTER_SIZE:
-        start = max(0, file_size - tail_size)
-        (got,) = yield [(start, file_size)]
-        tail = bytes(got)
-        if len(tail) != file_size - start:
-            raise CorruptFileError("short read of the file tail")
+    tail = yield from read_tail(file_size, FOOTER_SIZE, tail_size, tail)
     tail_start = file_size - len(tail)
     footer = parse_footer(tail)
     meta_pos = footer.metadata_position

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from alance._proto import encodings_v2_0_pb2, encodings_v2_1_pb2, file2_pb2, file_pb2
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from alance.format.legacy.plan import Plan, coalesced
+from alance.format.legacy.plan import Plan, coalesced, read_tail
 from alance.format.schema import LanceSchema
 
 FOOTER_SIZE = 40
@@ -200,12 +200,7 @@ def _guarded_open(file_size: int, tail_size: int, tail: bytes | None) -> Plan[V2
 
 
 def _open_file(file_size: int, tail_size: int, tail: bytes | None) -> Plan[V2File]:
-    if file_size < FOOTER_SIZE:
-        raise CorruptFileError(f"file too short for a Lance file ({file_size} bytes)")
-    if tail is None or len(tail) < FOOTER_SIZE:
-        start = max(0, file_size - tail_size)
-        (got,) = yield [(start, file_size)]
-        tail = bytes(got)
+    tail = yield from read_tail(file_size, FOOTER_SIZE, tail_size, tail)
     tail_start = file_size - len(tail)
     footer = parse_footer(tail, file_size)
     gbo = footer.gbo_table_start
