@@ -10,6 +10,15 @@ __version__ = "0.1.0"
 
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
 from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
+from alance.dataset.distributed import DistributedWrite, UncommittedFragments, plan_write
+from alance.dataset.distributed_dml import (
+    DeletionPart,
+    DistributedDelete,
+    DistributedUpdate,
+    UpdatePart,
+    plan_delete,
+    plan_update,
+)
 from alance.dataset.scan import Scanner
 from alance.errors import (
     AlanceError,
@@ -38,6 +47,10 @@ __all__ = [
     "ConditionalPutCommitHandler",
     "CorruptFileError",
     "DatasetNotFoundError",
+    "DeletionPart",
+    "DistributedDelete",
+    "DistributedUpdate",
+    "DistributedWrite",
     "IncompatibleTransactionError",
     "InvalidInputError",
     "LanceDataset",
@@ -50,9 +63,14 @@ __all__ = [
     "SchemaMismatchError",
     "StoreError",
     "TransientStoreError",
+    "UncommittedFragments",
+    "UpdatePart",
     "UnrepresentableValueError",
     "UnsupportedFeatureError",
     "__version__",
     "open_dataset",
+    "plan_delete",
+    "plan_update",
+    "plan_write",
     "write_dataset",
 ]

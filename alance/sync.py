@@ -11,9 +11,11 @@ loop (e.g. Jupyter), and in processes forked after use (Spark's Python workers):
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import datetime as dt
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -23,9 +25,16 @@ from alance import _loop
 from alance._proto import table_pb2
 from alance.commit.registry import HandlerSpec
 from alance.dataset import dataset as _async
+from alance.dataset import distributed as _distributed
+from alance.dataset import distributed_dml as _distributed_dml
+from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
+from alance.dataset.cleanup import CleanupStats
+from alance.dataset.compaction import CompactionResult
 from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
 from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
 from alance.dataset.scan import Scanner as _AsyncScanner
+from alance.dataset.tags import Tag
+from alance.dataset.tags import Tags as _AsyncTags
 from alance.format.schema import LanceSchema
 
 T = TypeVar("T")
@@ -64,6 +73,15 @@ class Scanner:
     def to_table(self) -> pa.Table:
         """The whole result as one table."""
         return _loop.run(self._async.to_table())
+
+    @property
+    def stats(self) -> Any:
+        """Counters of what page statistics let the scan skip (see :meth:`explain`)."""
+        return self._async.stats
+
+    def explain(self) -> str:
+        """What the scan reads and what page statistics let it skip."""
+        return self._async.explain()
 
     def count_rows(self) -> int:
         """Number of result rows."""
@@ -129,8 +147,8 @@ class LanceDataset:
         """Every version with its timestamp, oldest first."""
         return _loop.run(self._async.versions())
 
-    def checkout_version(self, version: int) -> LanceDataset:
-        """This dataset at another version."""
+    def checkout_version(self, version: int | str) -> LanceDataset:
+        """This dataset at another version (a number or a tag name)."""
         return LanceDataset(_loop.run(self._async.checkout_version(version)))
 
     def scanner(self, columns: Sequence[str] | None = None,
@@ -174,6 +192,23 @@ class LanceDataset:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
 
+    # -- stable row ids and the change data feed ----------------------------------------------
+    @property
+    def has_stable_row_ids(self) -> bool:
+        """Whether rows keep their ``_rowid`` across updates and compaction."""
+        return self._async.has_stable_row_ids
+
+    def take_rows(self, row_ids: Sequence[int] | Any,
+                  columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows by ``_rowid``, in the order given (see :meth:`alance.LanceDataset.take_rows`)."""
+        return _loop.run(self._async.take_rows(row_ids, columns))
+
+    def changes(self, begin_version: int, end_version: int | None = None,
+                **kwargs: Any) -> ChangeFeed:
+        """Blocking :meth:`alance.LanceDataset.changes`: iterate it, or ``.to_table()``."""
+        return ChangeFeed(_loop.run(self._async.changes(begin_version, end_version, **kwargs)))
+    # -- end of stable row ids -----------------------------------------------------------------
+
     def delete(self, predicate: str | pc.Expression, **kwargs: Any) -> DeleteResult:
         """Blocking :meth:`alance.LanceDataset.delete` (``result.dataset`` is blocking too)."""
         return _wrapped(_loop.run(self._async.delete(predicate, **kwargs)))
@@ -183,9 +218,85 @@ class LanceDataset:
         """Blocking :meth:`alance.LanceDataset.update`."""
         return _wrapped(_loop.run(self._async.update(updates, where, **kwargs)))
 
+    def add_columns(self, transforms: Any, read_columns: Sequence[str] | None = None,
+                    batch_size: int | None = None, **kwargs: Any) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.add_columns` (returns the new version)."""
+        return LanceDataset(_loop.run(self._async.add_columns(transforms, read_columns,
+                                                              batch_size, **kwargs)))
+
+    def merge(self, data: Any, left_on: str, right_on: str | None = None,
+              **kwargs: Any) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.merge` (returns the new version)."""
+        return LanceDataset(_loop.run(self._async.merge(data, left_on, right_on, **kwargs)))
+
+    def drop_columns(self, columns: Sequence[str]) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.drop_columns` (returns the new version)."""
+        return LanceDataset(_loop.run(self._async.drop_columns(columns)))
+
+    def alter_columns(self, *alterations: Mapping[str, Any]) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.alter_columns` (returns the new version)."""
+        return LanceDataset(_loop.run(self._async.alter_columns(*alterations)))
+
     def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
         """Blocking :meth:`alance.LanceDataset.merge_insert`."""
         return MergeInsertBuilder(self._async.merge_insert(on))
+
+    # -- version management (compaction, cleanup, restore, tags) -----------------------------
+    @property
+    def tags(self) -> Tags:
+        """Blocking twin of :attr:`alance.LanceDataset.tags`."""
+        return Tags(self._async.tags)
+
+    def restore(self, version: int | str | None = None) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.restore`."""
+        return LanceDataset(_loop.run(self._async.restore(version)))
+
+    def compact_files(self, **kwargs: Any) -> CompactionResult:
+        """Blocking :meth:`alance.LanceDataset.compact_files` (``result.dataset`` blocking)."""
+        result = _loop.run(self._async.compact_files(**kwargs))
+        return dataclasses.replace(result, dataset=LanceDataset(result.dataset))
+
+    def cleanup_old_versions(self, older_than: dt.timedelta | None = None,
+                             retain_versions: int | None = None, **kwargs: Any) -> CleanupStats:
+        """Blocking :meth:`alance.LanceDataset.cleanup_old_versions`."""
+        return _loop.run(self._async.cleanup_old_versions(older_than, retain_versions,
+                                                          **kwargs))
+    # -- end of version management -----------------------------------------------------------
+
+
+class Tags:
+    """Blocking twin of :class:`alance.dataset.tags.Tags`."""
+
+    def __init__(self, tags: _AsyncTags) -> None:
+        self._async = tags
+
+    def list(self) -> dict[str, Tag]:
+        """Every tag by name."""
+        return _loop.run(self._async.list())
+
+    def list_ordered(self, order: str = "desc") -> builtins.list[Tag]:
+        """Tags sorted by version."""
+        return _loop.run(self._async.list_ordered(order))
+
+    def get(self, name: str) -> Tag:
+        """One tag."""
+        return _loop.run(self._async.get(name))
+
+    def get_version(self, name: str) -> int:
+        """The version a tag names."""
+        return _loop.run(self._async.get_version(name))
+
+    def create(self, name: str, version: int | str) -> Tag:
+        """Name a version."""
+        return _loop.run(self._async.create(name, version))
+
+    def update(self, name: str, version: int | str) -> Tag:
+        """Point a tag at another version."""
+        return _loop.run(self._async.update(name, version))
+
+    def delete(self, name: str) -> None:
+        """Remove a tag."""
+        _loop.run(self._async.delete(name))
 
 
 R = TypeVar("R", DeleteResult, UpdateResult, MergeInsertResult)
@@ -193,6 +304,29 @@ R = TypeVar("R", DeleteResult, UpdateResult, MergeInsertResult)
 
 def _wrapped(result: R) -> R:
     return dataclasses.replace(result, dataset=LanceDataset(result.dataset))
+
+
+class ChangeFeed:
+    """Blocking twin of :class:`alance.dataset.changes.ChangeFeed`."""
+
+    def __init__(self, feed: _AsyncChangeFeed) -> None:
+        self._async = feed
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Schema of every batch."""
+        return self._async.schema
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Iterate over the changes as record batches."""
+        return _iterate(self._async.to_batches())
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.to_batches()
+
+    def to_table(self) -> pa.Table:
+        """All changes in one table."""
+        return _loop.run(self._async.to_table())
 
 
 class MergeInsertBuilder:
@@ -226,7 +360,7 @@ class MergeInsertBuilder:
         return _wrapped(_loop.run(self._async.execute(data, schema=schema)))
 
 
-def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,
+def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
                  commit_handler: HandlerSpec = None) -> LanceDataset:
     """Blocking :func:`alance.open_dataset`."""
@@ -240,4 +374,110 @@ def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | No
     return LanceDataset(_loop.run(_async.write_dataset(data, uri, schema, mode, **kwargs)))
 
 
-__all__ = ["LanceDataset", "MergeInsertBuilder", "Scanner", "open_dataset", "write_dataset"]
+# -- distributed writes and deletes (alance.dataset.distributed*) ------------------------------
+class DistributedWrite:
+    """Blocking twin of :class:`alance.DistributedWrite` (picklable: ship it to tasks)."""
+
+    def __init__(self, plan: _distributed.DistributedWrite) -> None:
+        self._async = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DistributedWrite, (self._async,))
+
+    @property
+    def job_id(self) -> str:
+        """The id of this planned write."""
+        return self._async.job_id
+
+    def write(self, data: Any, schema: pa.Schema | None = None,
+              ) -> _distributed.UncommittedFragments:
+        """Write a task's rows into new, uncommitted fragments."""
+        return _loop.run(self._async.write(data, schema))
+
+    def commit(self, parts: Iterable[_distributed.UncommittedFragments | None],
+               **kwargs: Any) -> LanceDataset:
+        """Publish every task's fragments as one new version."""
+        return LanceDataset(_loop.run(self._async.commit(parts, **kwargs)))
+
+    def abort(self, parts: Iterable[_distributed.UncommittedFragments | None]) -> None:
+        """Delete the files of the write's tasks."""
+        _loop.run(self._async.abort(parts))
+
+
+def plan_write(uri: str | os.PathLike[str], schema: pa.Schema, mode: str = "append",
+               **kwargs: Any) -> DistributedWrite:
+    """Blocking :func:`alance.plan_write`."""
+    return DistributedWrite(_loop.run(_distributed.plan_write(uri, schema, mode, **kwargs)))
+
+
+class DistributedDelete:
+    """Blocking twin of :class:`alance.DistributedDelete` (picklable)."""
+
+    def __init__(self, plan: _distributed_dml.DistributedDelete) -> None:
+        self._async = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DistributedDelete, (self._async,))
+
+    def tasks(self, fragments_per_task: int = 1) -> list[list[int]]:
+        """Fragment ids in groups, one group per task."""
+        return self._async.tasks(fragments_per_task)
+
+    def run(self, fragment_ids: Iterable[int]) -> _distributed_dml.DeletionPart:
+        """Write the deletion files of these fragments (uncommitted)."""
+        return _loop.run(self._async.run(fragment_ids))
+
+    def commit(self, parts: Iterable[_distributed_dml.DeletionPart | None],
+               **kwargs: Any) -> DeleteResult:
+        """Commit every task's deletions as one Delete."""
+        return _wrapped(_loop.run(self._async.commit(parts, **kwargs)))
+
+    def abort(self, parts: Iterable[_distributed_dml.DeletionPart | None]) -> None:
+        """Delete the deletion files of the tasks."""
+        _loop.run(self._async.abort(parts))
+
+
+def plan_delete(uri: str | os.PathLike[str], predicate: str, **kwargs: Any,
+                ) -> DistributedDelete:
+    """Blocking :func:`alance.plan_delete`."""
+    return DistributedDelete(_loop.run(_distributed_dml.plan_delete(uri, predicate,
+                                                                       **kwargs)))
+
+
+class DistributedUpdate:
+    """Blocking twin of :class:`alance.DistributedUpdate` (picklable)."""
+
+    def __init__(self, plan: _distributed_dml.DistributedUpdate) -> None:
+        self._async = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DistributedUpdate, (self._async,))
+
+    def tasks(self, fragments_per_task: int = 1) -> list[list[int]]:
+        """Fragment ids in groups, one group per task."""
+        return self._async.tasks(fragments_per_task)
+
+    def run(self, fragment_ids: Iterable[int]) -> _distributed_dml.UpdatePart:
+        """Rewrite the matching rows of these fragments (uncommitted)."""
+        return _loop.run(self._async.run(fragment_ids))
+
+    def commit(self, parts: Iterable[_distributed_dml.UpdatePart | None],
+               **kwargs: Any) -> UpdateResult:
+        """Commit every task's rewrite as one Update."""
+        return _wrapped(_loop.run(self._async.commit(parts, **kwargs)))
+
+    def abort(self, parts: Iterable[_distributed_dml.UpdatePart | None]) -> None:
+        """Delete what the tasks wrote."""
+        _loop.run(self._async.abort(parts))
+
+
+def plan_update(uri: str | os.PathLike[str], updates: Mapping[str, Any],
+                where: str | None = None, **kwargs: Any) -> DistributedUpdate:
+    """Blocking :func:`alance.plan_update`."""
+    return DistributedUpdate(_loop.run(_distributed_dml.plan_update(uri, updates, where,
+                                                                    **kwargs)))
+
+
+__all__ = ["ChangeFeed", "DistributedDelete", "DistributedUpdate", "DistributedWrite",
+           "LanceDataset", "MergeInsertBuilder", "Scanner", "Tags", "open_dataset", "plan_delete",
+           "plan_update", "plan_write", "write_dataset"]

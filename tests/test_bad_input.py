@@ -74,8 +74,9 @@ def data_file_of(root: str, fragment: int) -> Path:
 
 @pytest.fixture
 def ds2(local_uri: str) -> str:
-    """A local dataset: version 1 = rows A (fragment 0), version 2 = A + B (fragment 1)."""
-    al.write_dataset(A, local_uri)
+    """A local legacy dataset: version 1 = rows A (fragment 0), version 2 = A + B
+    (fragment 1)."""
+    al.write_dataset(A, local_uri, data_storage_version="legacy")
     al.write_dataset(B, local_uri, mode="append")
     assert lance.dataset(local_uri).to_table().equals(AB)
     return local_uri
@@ -246,7 +247,7 @@ def _with_column(base: pa.Table, name: str, arr: pa.Array) -> pa.Table:
 async def test_null_in_fixed_width_column_on_create(local_uri: str, kind: str) -> None:
     table = _with_column(A, "amount_col", NULL_COLUMNS[kind])
     with pytest.raises(UnrepresentableValueError, match="amount_col"):
-        await alance.write_dataset(table, local_uri)
+        await alance.write_dataset(table, local_uri, data_storage_version="legacy")
     assert not [p for p in tree(local_uri) if not p.startswith("_transactions/")], \
         "files left behind"
     with pytest.raises(DatasetNotFoundError):
@@ -255,7 +256,7 @@ async def test_null_in_fixed_width_column_on_create(local_uri: str, kind: str) -
 
 async def test_null_in_fixed_width_column_on_append(local_uri: str) -> None:
     good = _with_column(A, "amount_col", pa.array([7, 8, 9], pa.int64()))
-    await alance.write_dataset(good, local_uri)
+    await alance.write_dataset(good, local_uri, data_storage_version="legacy")
     before = tree(local_uri)
     bad = _with_column(A, "amount_col", NULL_COLUMNS["int64"])
     with pytest.raises(UnrepresentableValueError, match="amount_col"):
@@ -265,7 +266,7 @@ async def test_null_in_fixed_width_column_on_append(local_uri: str) -> None:
 
 async def test_bad_value_after_files_were_written(local_uri: str) -> None:
     """The bad row arrives after two data files were already uploaded: they are removed."""
-    al.write_dataset(A, local_uri)
+    al.write_dataset(A, local_uri, data_storage_version="legacy")
     before = tree(local_uri)
     batches = [part(1000 + 100 * i, 100).to_batches()[0] for i in range(3)]
     x = batches[2].column(1).to_pylist()
@@ -284,10 +285,11 @@ async def test_empty_string_in_nullable_column(local_uri: str, kind: str, mode: 
     col = pa.array(values, getattr(pa, kind)())
     if mode == "append":
         await alance.write_dataset(_with_column(A, "label", pa.array(["p", "q", "r"], col.type)),
-                                   local_uri)
+                                   local_uri, data_storage_version="legacy")
     before = tree(local_uri)
     with pytest.raises(UnrepresentableValueError, match="label"):
-        await alance.write_dataset(_with_column(A, "label", col), local_uri, mode=mode)
+        await alance.write_dataset(_with_column(A, "label", col), local_uri, mode=mode,
+                                   data_storage_version="legacy")
     if mode == "append":
         assert tree(local_uri) == before
         assert (await alance.open_dataset(local_uri)).version == 1

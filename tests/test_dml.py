@@ -27,8 +27,10 @@ def rows(start: int, n: int) -> pa.Table:
     return pa.table({"id": ids, "v": ids.astype(np.float64), "s": [f"s{i}" for i in ids]})
 
 
-async def make(uri: str, n: int = 300, per_file: int = 100) -> alance.LanceDataset:
-    return await alance.write_dataset(rows(0, n), uri, max_rows_per_file=per_file)
+async def make(uri: str, n: int = 300, per_file: int = 100,
+               storage: str | None = None) -> alance.LanceDataset:
+    return await alance.write_dataset(rows(0, n), uri, max_rows_per_file=per_file,
+                                      data_storage_version=storage)
 
 
 async def ids(ds: alance.LanceDataset, where: str | None = None) -> list[int]:
@@ -151,13 +153,17 @@ async def test_update_bad_input_writes_nothing(uri: str) -> None:
     for updates, where in bad:
         with pytest.raises(InvalidInputError):
             await ds.update(updates, where=where)
-    # a null in a fixed-width column cannot be stored in a v0.2 file
-    with pytest.raises(UnrepresentableValueError):
-        await ds.update({"v": "NULL"}, where="id = 1")
     assert await ds.latest_version() == ds.version
     if not uri.startswith("memory://"):
         assert len(os.listdir(os.path.join(uri, "data"))) == 2
         assert not os.path.exists(os.path.join(uri, "_deletions"))
+    # a null in a fixed-width column cannot be stored in a v0.2 file (2.x files hold it)
+    legacy = await make(uri.rstrip("/") + "-legacy", n=20, per_file=10, storage="legacy")
+    with pytest.raises(UnrepresentableValueError):
+        await legacy.update({"v": "NULL"}, where="id = 1")
+    assert await legacy.latest_version() == legacy.version
+    new = (await ds.update({"v": "NULL"}, where="id = 1")).dataset
+    assert (await new.to_table(filter="id = 1"))["v"].to_pylist() == [None]
 
 
 async def test_update_widening_and_exact_casts(uri: str) -> None:

@@ -149,7 +149,7 @@ def test_alance_dictionary_columns_pylance_reads(local_uri: str) -> None:
     second = pa.table({"id": pa.array(range(400, 410), pa.int64()),
                        "color": pa.array(["violet", "red"] * 5).dictionary_encode()})
     table = pa.concat_tables([first, second])
-    al.write_dataset(table, local_uri, max_rows_per_file=150)
+    al.write_dataset(table, local_uri, max_rows_per_file=150, data_storage_version="legacy")
     expected = table.combine_chunks().column("color").to_pylist()
     theirs = lance.dataset(local_uri).to_table()
     assert theirs["color"].to_pylist() == expected

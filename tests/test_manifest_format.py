@@ -311,8 +311,9 @@ def test_flag_checks() -> None:
         check_reader_flags(FeatureFlag.BASE_PATHS | FeatureFlag.DELETION_FILES)
     with pytest.raises(UnsupportedFeatureError, match=r"unknown\(64\)"):
         check_reader_flags(64)
-    with pytest.raises(UnsupportedFeatureError, match="STABLE_ROW_IDS"):
-        check_writer_flags(FeatureFlag.STABLE_ROW_IDS)
+    check_writer_flags(FeatureFlag.STABLE_ROW_IDS)  # alance assigns and keeps row ids
+    with pytest.raises(UnsupportedFeatureError, match="MIXED_DATA_FILE_VERSIONS"):
+        check_writer_flags(FeatureFlag.MIXED_DATA_FILE_VERSIONS)
     with pytest.raises(UnsupportedFeatureError, match=r"unknown\(4096\)"):
         check_writer_flags(4096 | 1)
     check_writer_flags(FeatureFlag.BASE_PATHS, supported=FeatureFlag.BASE_PATHS)

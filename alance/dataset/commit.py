@@ -105,18 +105,21 @@ async def commit_transaction(
     prelude: bytes | None = None,
     affected_rows: Mapping[int, np.ndarray] | None = None,
     check: CommitCheck | None = None,
+    stable_row_ids: bool = False,
 ) -> Snapshot:
     """Commit ``txn`` on top of ``base`` (its read version; ``None``: create the dataset).
 
     ``affected_rows`` (fragment id -> offsets) are the rows a Delete/Update removed; with them
     concurrent deletes of other rows of the same fragment are merged instead of refused.
     ``must_create`` turns losing the race for version 1 into :class:`AlreadyExistsError`.
+    ``stable_row_ids`` creates the dataset with stable row ids (ignored when it exists).
     Returns the snapshot of the new version.
     """
     if max_retries < 0:
         raise InvalidInputError("max_retries must be >= 0")
     loop = _CommitLoop(store, handler, data_storage_version, naming_scheme, prelude,
                        affected_rows, check)
+    loop.stable_row_ids = stable_row_ids
     try:
         snap = await loop.run(base, txn, max_retries, must_create)
     except CommitOutcomeUnknownError:
@@ -143,6 +146,7 @@ class _CommitLoop:
         self.txn_files: list[str] = []
         self.merged = WrittenFiles()
         self.restore_source: ManifestFile | None = None
+        self.stable_row_ids = False
 
     async def cleanup(self, committed: Snapshot | None) -> None:
         """Delete what the committed version (``None``: nothing) does not reference."""
@@ -172,7 +176,8 @@ class _CommitLoop:
         return build_manifest(current.manifest_file if current else None, txn,
                               transaction_file=name,
                               data_storage_version=self.data_storage_version,
-                              prelude=self.prelude, restore_source=self.restore_source)
+                              prelude=self.prelude, restore_source=self.restore_source,
+                              stable_row_ids=self.stable_row_ids)
 
     async def _outcome(self, version: int, txn: Transaction, error: StoreError | None,
                        ) -> Snapshot | None:

@@ -7,9 +7,12 @@ fetches each step's ranges concurrently (coalesced by the store) and feeds them 
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,17 +28,90 @@ from alance.io.store import DatasetStore
 T = TypeVar("T")
 
 
+#: A plan step whose fetched bytes total at least this much is decoded on a worker thread
+#: (smaller steps cost less than the hand-off).
+OFFLOAD_BYTES = 96 * 1024
+#: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
+#: in their kernels, so two workers keep both cores busy next to the event loop).
+DECODE_WORKERS = 2
+_decode_pool: ThreadPoolExecutor | None = None
+_decode_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _decode_pool
+    if _decode_pool is None:
+        with _decode_pool_lock:
+            if _decode_pool is None:
+                _decode_pool = ThreadPoolExecutor(DECODE_WORKERS,
+                                                  thread_name_prefix="alance-decode")
+    return _decode_pool
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child inherits the pool object but not its threads: start a fresh one there.
+    global _decode_pool, _decode_pool_lock
+    _decode_pool = None
+    _decode_pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+_DONE = object()
+
+
+def _step(plan: Generator[Any, Any, Any], data: Any) -> tuple[Any, Any]:
+    """Resume ``plan`` with ``data``: ``(next ranges, None)`` or ``(_DONE, result)``.
+
+    (A StopIteration cannot cross into a future, so the result travels as a value.)
+    """
+    try:
+        return plan.send(data), None
+    except StopIteration as stop:
+        return _DONE, stop.value
+
+
+async def _step_off_loop(plan: Generator[Any, Any, Any], data: Any) -> tuple[Any, Any]:
+    fut = asyncio.get_running_loop().run_in_executor(_pool(), _step, plan, data)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(fut)
+            break
+        except asyncio.CancelledError:
+            # The plan is still running on its thread: it must finish before anyone may
+            # close it, so wait for it and only then pass the cancellation on.
+            if fut.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
 async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store: DatasetStore,
                    path: str) -> T:
-    """Drive a read plan to completion, fetching each step's ranges from ``path``."""
+    """Drive a read plan to completion, fetching each step's ranges from ``path``.
+
+    Steps that receive many bytes (where decoding happens) run on a small thread pool, so
+    the event loop stays free; the plan is only ever resumed by one thread at a time.
+    """
     try:
-        ranges = next(plan)
+        ranges: Any = next(plan)
         while True:
             data = await store.get_ranges(path, ranges)
+            total = 0
             for (start, end), chunk in zip(ranges, data, strict=True):
                 if len(chunk) != end - start:
                     raise CorruptFileError(f"{path}: file ends before byte {end}")
-            ranges = plan.send(data)  # type: ignore[arg-type]  # views are bytes-like
+                total += end - start
+            if total >= OFFLOAD_BYTES:
+                ranges, value = await _step_off_loop(plan, data)
+            else:
+                ranges, value = _step(plan, data)
+            if ranges is _DONE:
+                return value  # type: ignore[no-any-return]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     finally:
@@ -74,6 +150,40 @@ class _LruCache:
         with self._lock:
             self._items.clear()
             self._bytes = 0
+
+
+#: Decoded bytes a scan chunk aims at when its rows are narrow (see :func:`chunk_rows_for`).
+CHUNK_TARGET_BYTES = 8 * 1024 * 1024
+#: Never more rows than this in one scan chunk.
+MAX_CHUNK_ROWS = 1024 * 1024
+
+
+def _row_bytes(dtype: pa.DataType) -> int:
+    """A rough size of one value of ``dtype`` once decoded (variable widths guessed)."""
+    if isinstance(dtype, pa.ExtensionType):
+        dtype = dtype.storage_type
+    if pa.types.is_struct(dtype):
+        return sum(_row_bytes(f.type) for f in dtype) + 1
+    if pa.types.is_fixed_size_list(dtype):
+        return dtype.list_size * _row_bytes(dtype.value_type) + 1
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
+        return 64
+    if pa.types.is_dictionary(dtype):
+        return 8
+    try:
+        return max(1, dtype.bit_width // 8)
+    except ValueError:  # variable width
+        return 32
+
+
+def chunk_rows_for(fields: Sequence[Any], least: int) -> int:
+    """Rows per scan chunk for reading ``fields`` (LanceFields): about
+    :data:`CHUNK_TARGET_BYTES` of decoded values, at least ``least`` rows, so narrow scans
+    pay per-chunk costs (requests, plan steps) fewer times."""
+    width = sum(_row_bytes(f.data_type) for f in fields)
+    if width <= 0:
+        return least
+    return int(max(least, min(MAX_CHUNK_ROWS, CHUNK_TARGET_BYTES // width)))
 
 
 #: Opened data file metadata (footer, metadata, page table, tail bytes), process-wide.
@@ -124,13 +234,16 @@ class DataFileReader:
 
     @classmethod
     async def open(cls, store: DatasetStore, path: str, schema: LanceSchema, size: int | None,
-                   dictionaries: Mapping[int, pa.Array] | None = None) -> DataFileReader:
+                   dictionaries: Mapping[int, pa.Array] | None = None,
+                   field_ids: Sequence[int] | None = None) -> DataFileReader:
         """Read the file's footer, metadata and page table (one request for small files).
 
-        Opened files are remembered process-wide (data files never change once written), so
-        opening the same file again, from any dataset object, costs no request.
+        ``field_ids``: the ids the file was written with (they fix the page table's extent);
+        by default those of ``schema``. Opened files are remembered process-wide (data files
+        never change once written), so opening the same file again, from any dataset object,
+        costs no request.
         """
-        ids = tuple(schema.field_ids())
+        ids = tuple(field_ids) if field_ids else tuple(schema.field_ids())
         key = (store.limiter_key, store.root, path, size, ids)
         file = _FILE_CACHE.get(key)
         if file is None:
@@ -163,6 +276,54 @@ class DataFileReader:
         if len(rows):
             self._check_rows(int(np.max(rows)) + 1)
         return await self._run(self._reader.take(rows, schema))
+
+    # -- page statistics (v0.1/v0.2 files; 2.x files carry none) -------------------------------
+    @property
+    def group_offsets(self) -> np.ndarray | None:
+        """Row offsets where the file's row groups (v0.2 pages) start, plus the end; ``None``
+        for 2.x files."""
+        if isinstance(self._reader, LegacyFileReader):
+            return self._reader.file.batch_offsets
+        return None
+
+    async def page_stats(self, field_ids: Sequence[int]) -> pa.RecordBatch | None:
+        """Per-row-group statistics of the given fields (``None``: the file has none).
+
+        Remembered process-wide like the file's metadata (files never change)."""
+        if not isinstance(self._reader, LegacyFileReader):
+            return None
+        key = ("stats", self.store.limiter_key, self.store.root, self.path, tuple(field_ids))
+        cached = _FILE_CACHE.get(key)
+        if cached is not None:
+            return cached[0]  # type: ignore[no-any-return]
+        result: pa.RecordBatch | None = await self._run(self._reader.read_page_stats(field_ids))
+        _FILE_CACHE.put(key, (result,), (result.nbytes if result is not None else 0) + 64)
+        return result
+
+    def page_bytes(self, field_ids: Sequence[int], groups: np.ndarray) -> tuple[int, int]:
+        """(pages, bytes) the given fields' pages take in the given row groups (v0.2 files).
+
+        Page table entries hold positions and value counts, so a page's size is taken as the
+        distance to the next page start in the file (the page table ends the data).
+        """
+        if not isinstance(self._reader, LegacyFileReader) or not len(groups):
+            return 0, 0
+        file = self._reader.file
+        table = file.page_table
+        positions = table.entries[:, :, 0]
+        present = table.entries[:, :, 1] > 0  # structs have no pages
+        starts = np.unique(positions[present])
+        ends = np.append(starts[1:], file.metadata.page_table_position)
+        pages = total = 0
+        for fid in field_ids:
+            row = fid - table.min_field_id
+            if not 0 <= row < positions.shape[0]:
+                continue
+            pos = positions[row, groups][present[row, groups]]
+            idx = np.searchsorted(starts, pos)
+            pages += len(pos)
+            total += int((ends[idx] - starts[idx]).sum())
+        return pages, total
 
     def _check_rows(self, end: int) -> None:
         if end > self.num_rows:

@@ -14,20 +14,28 @@ import pyarrow.compute as pc
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
 from alance.commit.registry import HandlerSpec, commit_handler_for
+from alance.dataset import evolution
+from alance.dataset.changes import ChangeFeed
+from alance.dataset.cleanup import CleanupStats, cleanup_old_versions
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.compaction import CompactionOptions, CompactionResult, compact_files
 from alance.dataset.delete import delete_rows
 from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
 from alance.dataset.inputs import record_batch_stream, regroup
 from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
+from alance.dataset.restore import restore_version
+from alance.dataset.row_ids import take_rows_by_id, uses_stable_row_ids
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
+from alance.dataset.tags import Tags, resolve_version
 from alance.dataset.take import take_rows
 from alance.dataset.update import update_rows
 from alance.dataset.write import (
     WriteParams,
     delete_fragment_files,
     dictionary_prelude,
+    file_version_of,
     removed_on_failure,
     storage_version_for,
     write_fragments,
@@ -37,7 +45,6 @@ from alance.errors import (
     DatasetNotFoundError,
     InvalidInputError,
     UnrepresentableValueError,
-    UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
@@ -109,8 +116,8 @@ class LanceDataset:
 
     @property
     def max_field_id(self) -> int:
-        """The highest field id of the schema."""
-        return self._snapshot.schema.max_field_id()
+        """The highest field id in use: in the schema or in any data file (as pylance's)."""
+        return evolution.manifest_max_field_id(self._snapshot.manifest)
 
     def get_fragments(self) -> list[table_pb2.DataFragment]:
         """The fragments of this version (protobuf ``DataFragment`` messages)."""
@@ -135,9 +142,10 @@ class LanceDataset:
 
         return list(await asyncio.gather(*(describe(loc) for loc in locations)))
 
-    async def checkout_version(self, version: int) -> LanceDataset:
-        """This dataset at another version."""
-        snap = await load_snapshot(self._store, self._handler, version)
+    async def checkout_version(self, version: int | str) -> LanceDataset:
+        """This dataset at another version (a number or a tag name)."""
+        number = await resolve_version(self._store, self._handler, version)
+        snap = await load_snapshot(self._store, self._handler, number)
         return LanceDataset(self._store, self._handler, snap)
 
     # -- reading -----------------------------------------------------------------------------
@@ -183,6 +191,37 @@ class LanceDataset:
         """Rows by position in the dataset (0 .. count_rows-1), in the order given."""
         return await take_rows(self._ctx, indices, columns)
 
+    # -- stable row ids and the change data feed (alance.dataset.row_ids / .changes) ---------
+    @property
+    def has_stable_row_ids(self) -> bool:
+        """Whether rows keep their ``_rowid`` across updates and compaction."""
+        return uses_stable_row_ids(self.manifest)
+
+    async def take_rows(self, row_ids: Sequence[int] | Any,
+                        columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows by ``_rowid`` (stable ids; row addresses without them), in the order given.
+
+        ``columns`` may include system columns (``_rowid``, ``_rowaddr``,
+        ``_row_created_at_version``, ``_row_last_updated_at_version``). An id naming no live
+        row raises :class:`~alance.errors.InvalidInputError`.
+        """
+        return await take_rows_by_id(self._ctx, row_ids, columns)
+
+    async def changes(self, begin_version: int, end_version: int | None = None, *,
+                      columns: Sequence[str] | None = None, include_deleted: bool = True,
+                      batch_size: int | None = None) -> ChangeFeed:
+        """Rows inserted, updated and deleted after ``begin_version`` up to ``end_version``
+        (default: this version; ``begin_version=0``: from the start); see
+        :mod:`alance.dataset.changes`. Needs stable row ids.
+
+        ``async for batch in await ds.changes(3)`` streams; ``await feed.to_table()``.
+        """
+        end = self if end_version is None else await self.checkout_version(end_version)
+        begin = None if begin_version == 0 else await self.checkout_version(begin_version)
+        return ChangeFeed(begin._ctx if begin is not None else None, end._ctx, columns,
+                          include_deleted=include_deleted, batch_size=batch_size)
+    # -- end of stable row ids ---------------------------------------------------------------
+
     # -- changing rows -----------------------------------------------------------------------
     async def delete(self, predicate: str | pc.Expression, *,
                      conflict_retries: int = DEFAULT_CONFLICT_RETRIES) -> DeleteResult:
@@ -210,6 +249,42 @@ class LanceDataset:
                                            where, conflict_retries=conflict_retries)
         return UpdateResult(LanceDataset(self._store, self._handler, snap), count)
 
+    # -- schema evolution (alance.dataset.evolution) -----------------------------------------
+    async def add_columns(self, transforms: Any, read_columns: Sequence[str] | None = None,
+                          batch_size: int | None = None, *, concurrency: int = 4,
+                          progress: Any = None) -> LanceDataset:
+        """Add columns computed for every row; returns the new version.
+
+        ``transforms``: ``{name: SQL expression}``; a function (sync or async) from a batch of
+        ``read_columns`` to the new columns, run on up to ``concurrency`` fragments at once
+        (``progress`` is called with an :class:`~alance.dataset.backfill.Progress` after each
+        batch); a table/reader of values in row order; or ``pa.Field``/``pa.Schema`` for
+        all-null columns. Existing data files are not rewritten.
+        """
+        snap = await evolution.add_columns(self._store, self._handler, self._snapshot,
+                                           transforms, read_columns, batch_size,
+                                           concurrency=concurrency, progress=progress)
+        return LanceDataset(self._store, self._handler, snap)
+
+    async def merge(self, data: Any, left_on: str, right_on: str | None = None, *,
+                    concurrency: int = 4) -> LanceDataset:
+        """Add the columns of ``data`` joined on ``left_on`` = ``right_on`` (left join)."""
+        snap = await evolution.merge_columns(self._store, self._handler, self._snapshot, data,
+                                             left_on, right_on, concurrency=concurrency)
+        return LanceDataset(self._store, self._handler, snap)
+
+    async def drop_columns(self, columns: Sequence[str]) -> LanceDataset:
+        """Remove columns (metadata only; dotted paths reach struct fields)."""
+        snap = await evolution.drop_columns(self._store, self._handler, self._snapshot, columns)
+        return LanceDataset(self._store, self._handler, snap)
+
+    async def alter_columns(self, *alterations: Mapping[str, Any]) -> LanceDataset:
+        """Rename, change nullability or type: ``{"path", "name"?, "nullable"?,
+        "data_type"?}`` each. A type change rewrites that column only."""
+        snap = await evolution.alter_columns(self._store, self._handler, self._snapshot,
+                                             alterations)
+        return LanceDataset(self._store, self._handler, snap)
+
     def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
         """Start a merge insert (upsert) keyed on ``on`` (default: the primary key).
 
@@ -220,10 +295,61 @@ class LanceDataset:
                                   lambda snap: LanceDataset(self._store, self._handler, snap))
 
 
-async def open_dataset(uri: str | os.PathLike[str], version: int | None = None, *,
+    # -- version management (compaction, cleanup, restore, tags) -----------------------------
+    @property
+    def tags(self) -> Tags:
+        """The dataset's tags: ``await ds.tags.create("v1", 1)``, ``list``, ``delete``..."""
+        return Tags(self._store, self._handler)
+
+    async def restore(self, version: int | str | None = None) -> LanceDataset:
+        """Commit ``version`` (default: the version this object reads) as the newest version."""
+        snap = await restore_version(self._store, self._handler,
+                                     self.version if version is None else version)
+        return LanceDataset(self._store, self._handler, snap)
+
+    async def compact_files(self, *, target_rows_per_fragment: int | None = None,
+                            max_rows_per_group: int | None = None,
+                            max_bytes_per_file: int | None = None,
+                            materialize_deletions: bool | None = None,
+                            materialize_deletions_threshold: float | None = None,
+                            num_threads: int | None = None, batch_size: int | None = None,
+                            progress: Any = None) -> CompactionResult:
+        """Merge small fragments and drop deleted rows (pylance's ``optimize.compact_files``).
+
+        Unset options come from the ``lance.compaction.*`` config, then the defaults.
+        ``progress(rows_done, rows_total)`` is called as rows are rewritten. Returns the
+        metrics and the new version (no commit when there is nothing to compact).
+        """
+        options = CompactionOptions.from_config(
+            dict(self.manifest.config), target_rows_per_fragment=target_rows_per_fragment,
+            max_rows_per_group=max_rows_per_group, max_bytes_per_file=max_bytes_per_file,
+            materialize_deletions=materialize_deletions,
+            materialize_deletions_threshold=materialize_deletions_threshold,
+            num_threads=num_threads, batch_size=batch_size)
+        snap, metrics = await compact_files(self._store, self._handler, self._snapshot,
+                                            options, progress=progress)
+        new = self if snap is None else LanceDataset(self._store, self._handler, snap)
+        return CompactionResult(new, metrics)
+
+    async def cleanup_old_versions(self, older_than: dt.timedelta | None = None,
+                                   retain_versions: int | None = None, *,
+                                   delete_unverified: bool = False,
+                                   error_if_tagged_old_versions: bool = True,
+                                   dry_run: bool = False) -> CleanupStats:
+        """Delete old versions and the files only they reference (see
+        :mod:`alance.dataset.cleanup`); ``older_than`` defaults to two weeks."""
+        return await cleanup_old_versions(
+            self._store, self._handler, self._snapshot, older_than, retain_versions,
+            delete_unverified=delete_unverified,
+            error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run)
+    # -- end of version management -----------------------------------------------------------
+
+
+async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                        storage_options: Mapping[str, Any] | None = None,
                        commit_handler: HandlerSpec = None) -> LanceDataset:
-    """Open a dataset at its latest version, or at ``version`` (time travel).
+    """Open a dataset at its latest version, or at ``version`` (time travel: a number or a
+    tag name).
 
     ``commit_handler``: how versions are resolved and committed; by default chosen by the URI
     scheme (``s3+ddb://`` commits through DynamoDB), else a handler object or the dotted name
@@ -232,7 +358,7 @@ async def open_dataset(uri: str | os.PathLike[str], version: int | None = None, 
     """
     store = open_store(uri, storage_options)
     handler = _handler_for(uri, storage_options, commit_handler)
-    snap = await load_snapshot(store, handler, version)
+    snap = await load_snapshot(store, handler, await resolve_version(store, handler, version))
     return LanceDataset(store, handler, snap)
 
 
@@ -250,6 +376,7 @@ async def write_dataset(
     storage_options: Mapping[str, Any] | None = None,
     commit_handler: HandlerSpec = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    enable_stable_row_ids: bool = False,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
 
@@ -257,7 +384,14 @@ async def write_dataset(
     sync or async iterable of record batches (streamed: memory stays bounded by one file's
     buffers). ``mode``: ``"create"`` (fails if the dataset exists), ``"append"`` (creates it if
     missing; the schema must match) or ``"overwrite"``. ``commit_handler``: as for
-    :func:`open_dataset`.
+    :func:`open_dataset`. ``data_storage_version``: the data file format of a new dataset:
+    ``"2.2"`` (the default, also ``"stable"``), ``"2.1"``, ``"2.0"`` (no maps, no null
+    structs), or ``"legacy"`` / ``"0.1"`` / ``"0.2"`` (v0.2 files, which refuse values they
+    cannot hold, e.g. nulls in fixed-width columns); appends always write the dataset's own
+    version, and overwrites keep it unless one is given. ``enable_stable_row_ids``: give
+    rows ids that survive updates and compaction, and track row versions (only when the
+    dataset is created; asking for them on an existing dataset without them is
+    :class:`~alance.errors.InvalidInputError`).
     """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
@@ -270,20 +404,27 @@ async def write_dataset(
         base = None
     if base is not None:
         check_writer_flags(base.manifest.writer_feature_flags)
+        if enable_stable_row_ids and not uses_stable_row_ids(base.manifest):
+            raise InvalidInputError(
+                f"{store.uri} was created without stable row ids; they can only be enabled "
+                "when a dataset is created")
     if base is not None and mode == "create":
         raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
                                  "or mode='overwrite'")
     arrow_schema, batches = await record_batch_stream(data, schema)
 
     if base is not None and mode == "append":
-        if base.data_storage_version not in ("0.1", "0.2", "legacy"):
-            raise UnsupportedFeatureError(
-                f"appending to a dataset with data storage version {base.data_storage_version}"
-                " is not supported yet")
+        file_version_of(base.data_storage_version)  # refuses versions alance cannot write
         lance_schema = base.schema
         lance_schema.check_compatible(arrow_schema)
         target = lance_schema.to_arrow()
         storage_version = base.data_storage_version
+    elif base is not None and data_storage_version is None:
+        # Overwriting keeps the dataset's data storage version unless one is given.
+        storage_version = base.data_storage_version
+        file_version_of(storage_version)
+        lance_schema = LanceSchema.from_arrow(arrow_schema)
+        target = arrow_schema
     else:
         storage_version = storage_version_for(data_storage_version)
         lance_schema = LanceSchema.from_arrow(arrow_schema)
@@ -298,7 +439,8 @@ async def write_dataset(
     appending = base is not None and mode == "append"
     seed = dict(ReadContext(store, base).dictionaries) if appending and base else {}
     dictionaries = dict(seed)
-    fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries)
+    fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries,
+                                      storage_version)
     prelude = None
     read_version = base.version if base is not None else 0
     if appending:
@@ -319,5 +461,6 @@ async def write_dataset(
                                         data_storage_version=storage_version,
                                         naming_scheme=scheme, max_retries=max_retries,
                                         prelude=prelude,
-                                        must_create=base is None and mode == "create")
+                                        must_create=base is None and mode == "create",
+                                        stable_row_ids=enable_stable_row_ids)
     return LanceDataset(store, handler, snap)

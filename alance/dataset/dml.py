@@ -21,12 +21,16 @@ from alance.dataset.commit import backoff_delay
 from alance.dataset.inputs import regroup
 from alance.dataset.read import ReadContext
 from alance.dataset.snapshot import Snapshot, load_snapshot
-from alance.dataset.write import WriteParams, delete_fragment_files, write_fragments
+from alance.dataset.write import (
+    WriteParams,
+    delete_fragment_files,
+    file_version_of,
+    write_fragments,
+)
 from alance.errors import (
     InvalidInputError,
     RetryableCommitConflictError,
     UnrepresentableValueError,
-    UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
 from alance.io.store import DatasetStore
@@ -77,10 +81,7 @@ class MergeInsertResult:
 def check_writable(snapshot: Snapshot) -> None:
     """Refuse datasets alance cannot add data files and deletion files to."""
     check_writer_flags(snapshot.manifest.writer_feature_flags)
-    if snapshot.data_storage_version not in ("0.1", "0.2", "legacy"):
-        raise UnsupportedFeatureError(
-            f"changing rows of a dataset with data storage version "
-            f"{snapshot.data_storage_version} is not supported yet (only legacy v0.2 files)")
+    file_version_of(snapshot.data_storage_version)  # data files alance can write
 
 
 def check_retries(conflict_retries: int) -> None:
@@ -135,7 +136,8 @@ async def write_rows(ctx: ReadContext, batches: AsyncIterator[pa.RecordBatch],
         async for batch in regroup(batches, params.rows_per_chunk):
             yield storage_batch(batch, target)
 
-    fragments = await write_fragments(ctx.store, schema, conformed(), params, dictionaries)
+    fragments = await write_fragments(ctx.store, schema, conformed(), params, dictionaries,
+                                      ctx.snapshot.data_storage_version)
     grown = [f.name for f in schema.walk()
              if f.id in seed and len(dictionaries[f.id]) != len(seed[f.id])]
     if grown:

@@ -47,6 +47,7 @@ from alance.dataset.dml import (
 )
 from alance.dataset.inputs import record_batch_stream
 from alance.dataset.read import ReadContext
+from alance.dataset.row_ids import ROW_CREATED_AT_VERSION, ROW_ID, uses_stable_row_ids
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
 from alance.dataset.write import removed_on_failure
@@ -58,8 +59,10 @@ from alance.errors import (
 )
 from alance.filter import compile_filter, compile_filter_and_columns
 from alance.io.store import DatasetStore
+from alance.transaction.lineage import distribute_kept_rows
 from alance.transaction.operations import Transaction, added_fragments, new_update
 
+_LINEAGE = (ROW_ID, ROW_CREATED_AT_VERSION)
 _SRC = "__alance_source_row"
 _TGT = "__alance_target_row"
 
@@ -192,8 +195,12 @@ class MergeInsertBuilder:
         if self._delete_expr is not None:
             _, used = compile_filter_and_columns(self._delete_expr, arrow)
             columns += [c for c in used if c not in columns]
-        scanner = Scanner(ctx, columns=columns, with_row_address=True)
-        out_schema = pa.schema([arrow.field(c) for c in columns]).append(
+        # with stable row ids, updated rows keep their ids and creation versions
+        lineage = [ROW_ID, ROW_CREATED_AT_VERSION] if uses_stable_row_ids(
+            ctx.snapshot.manifest) else []
+        scanner = Scanner(ctx, columns=[*columns, *lineage], with_row_address=True)
+        out_schema = pa.schema([arrow.field(c) for c in columns]
+                               + [pa.field(n, pa.uint64()) for n in lineage]).append(
             pa.field(ROW_ADDRESS, pa.uint64()))
         batches = [storage_batch(b, out_schema) async for b in scanner.to_batches()]
         return pa.Table.from_batches(batches, schema=out_schema)
@@ -207,6 +214,7 @@ class MergeInsertBuilder:
                                                         target.select(keys))
         updated_src = np.empty(0, np.int64)
         updated_tgt = np.empty(0, np.int64)
+        kept_tgt = np.empty(0, np.int64)
         if self._update and len(s_idx):
             if self._condition is not None:
                 addresses = target.column(ROW_ADDRESS).to_numpy()
@@ -215,13 +223,20 @@ class MergeInsertBuilder:
                 expr = compile_filter(self._condition, batch.schema, extra_columns=())
                 keep = _mask(batch, expr)
                 s_idx, t_idx = s_idx[keep], t_idx[keep]
-            updated_src, updated_tgt = sorted_unique(s_idx), t_idx
+            # source rows in order; each keeps the row id of the first table row it matched
+            order = np.argsort(s_idx, kind="stable")
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = s_idx[order][1:] != s_idx[order][:-1]
+            updated_src, kept_tgt = s_idx[order][first], t_idx[order][first]
+            updated_tgt = t_idx
         inserted_src = only_source if self._insert else np.empty(0, np.int64)
         deleted_tgt = np.empty(0, np.int64)
         if self._delete and len(only_target):
             t_idx = only_target
             if self._delete_expr is not None:
-                candidates = target.drop_columns([ROW_ADDRESS]).take(t_idx)
+                candidates = target.drop_columns(
+                    [c for c in (ROW_ADDRESS, *_LINEAGE) if c in target.column_names]
+                ).take(t_idx)
                 expr = compile_filter(self._delete_expr, candidates.schema)
                 t_idx = t_idx[_mask(candidates, expr)]
             deleted_tgt = t_idx
@@ -235,6 +250,10 @@ class MergeInsertBuilder:
                 yield batch
 
         fragments = await write_rows(ctx, rows())
+        if ROW_ID in target.column_names:
+            distribute_kept_rows(fragments,
+                                 target.column(ROW_ID).to_numpy()[kept_tgt],
+                                 target.column(ROW_CREATED_AT_VERSION).to_numpy()[kept_tgt])
         written = WrittenFiles()
         async with removed_on_failure(self._store, fragments, written):
             by_fragment = split_addresses(gone)

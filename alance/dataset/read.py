@@ -68,8 +68,11 @@ class ReadContext:
                 columns = dict(zip(data_file.fields, data_file.column_indices, strict=False))
                 reader = await DataFileReader.open_v2(self.store, path, schema, size, columns)
             else:
+                # The page table spans the ids the file was written with, including ids the
+                # schema no longer has (dropped or retyped columns); tombstones are skipped.
+                ids = [i for i in data_file.fields if i != TOMBSTONE_FIELD_ID]
                 reader = await DataFileReader.open(self.store, path, schema, size,
-                                                   self.dictionaries)
+                                                   self.dictionaries, field_ids=ids)
             self._files[data_file.path] = reader
         return reader
 
@@ -127,6 +130,14 @@ class FragmentReader:
             if idx is not None:
                 groups.setdefault(idx, []).append(field)
         return [(self.fragment.files[i], fields) for i, fields in sorted(groups.items())]
+
+    async def open_owner(self, field: LanceField) -> DataFileReader | None:
+        """The opened data file holding ``field`` (``None``: no file does; it reads as nulls)."""
+        owners = self._owners([field])
+        if not owners:
+            return None
+        data_file = owners[0][0]
+        return await self.ctx.data_file(data_file, self._file_schema(data_file))
 
     def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
         return self.ctx.schema.with_ids(f for f in data_file.fields if f != TOMBSTONE_FIELD_ID)

@@ -18,15 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
+from alance.dataset.data_file import chunk_rows_for
+from alance.dataset.pruning import ScanStats, make_pruner
 from alance.dataset.read import FragmentReader, ReadContext, live_rows
-from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.dataset.row_ids import ROW_ADDRESS, ROW_ID, SYSTEM_COLUMNS, system_columns
+from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
-from alance.format.feature_flags import FeatureFlag
 from alance.format.schema import LanceField, with_extension_type
 
-ROW_ID = "_rowid"
-ROW_ADDRESS = "_rowaddr"
-SYSTEM_COLUMNS = (ROW_ID, ROW_ADDRESS)
+__all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "as_schema", "row_addresses"]
 DEFAULT_BATCH_SIZE = 8192
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
@@ -66,7 +66,7 @@ class Scanner:
                  with_row_id: bool = False, with_row_address: bool = False,
                  fragments: Sequence[Any] | None = None,
                  read_ahead: int = DEFAULT_READ_AHEAD,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, prune: bool = True) -> None:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
@@ -76,13 +76,15 @@ class Scanner:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1")
         names = list(columns) if columns is not None else schema.names
-        for n in names:
-            if n in SYSTEM_COLUMNS:
-                raise InvalidInputError(f"use with_row_id/with_row_address to get {n}")
-        self.projection: list[LanceField] = [schema.field(n) for n in names]
-        if with_row_id and ctx.snapshot.manifest.reader_feature_flags & FeatureFlag.STABLE_ROW_IDS:
-            raise UnsupportedFeatureError("_rowid of datasets with stable row ids is not "
-                                          "supported yet")
+        # System columns (_rowid, _rowaddr, _row_created_at_version,
+        # _row_last_updated_at_version) may be projected by name, in any position.
+        self.projection: list[LanceField] = [schema.field(n) for n in names
+                                             if n not in SYSTEM_COLUMNS]
+        self._output_names = list(dict.fromkeys(
+            names + ([ROW_ID] if with_row_id else []) + ([ROW_ADDRESS] if with_row_address
+                                                         else [])))
+        if len(self._output_names) != len(names) + with_row_id + with_row_address:
+            raise InvalidInputError(f"columns repeat a name: {names}")
         self.with_row_id = with_row_id
         self.with_row_address = with_row_address
         self.limit = limit
@@ -108,21 +110,24 @@ class Scanner:
         extra = [schema.field(n) for n in filter_names
                  if n not in SYSTEM_COLUMNS and n not in names]
         self.read_fields = self.projection + extra
+        if chunk_rows == DEFAULT_CHUNK_ROWS and limit is None:  # narrow rows: bigger chunks
+            self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows)
         if fragments is None:
             self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
         else:
             wanted = {int(getattr(f, "id", f)) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
+        # Page pruning by statistics (alance.dataset.pruning); its counters in ``self.stats``.
+        self.stats = ScanStats()
+        self._pruner = make_pruner(ctx, filter, self.read_fields, self.stats) if prune else None
 
     @property
     def output_schema(self) -> pa.Schema:
         """The schema of the batches this scan yields."""
-        fields = [with_extension_type(f.to_arrow()) for f in self.projection]
-        if self.with_row_id:
-            fields.append(pa.field(ROW_ID, pa.uint64(), True))
-        if self.with_row_address:
-            fields.append(pa.field(ROW_ADDRESS, pa.uint64(), True))
-        return pa.schema(fields)
+        data = {f.name: f for f in self.projection}
+        return pa.schema([pa.field(n, pa.uint64(), True) if n in SYSTEM_COLUMNS
+                          else with_extension_type(data[n].to_arrow())
+                          for n in self._output_names])
 
     # -- planning ----------------------------------------------------------------------------
     def _plan_fragments(self) -> tuple[list[table_pb2.DataFragment], int]:
@@ -146,15 +151,22 @@ class Scanner:
         for frag in fragments:
             reader = self.ctx.fragment(frag)
             bounds = await reader.row_group_bounds()
+            maybe = await self._pruner.ranges(frag) if self._pruner is not None else None
+            spans: list[tuple[int, int]] = []
             start = 0
             for i in range(1, len(bounds)):
                 end = int(bounds[i])
                 if end - start >= self.chunk_rows or i == len(bounds) - 1:
                     if end > start:
-                        yield _Chunk(reader, start, end)
+                        spans.append((start, end))
                     start = end
             if start < reader.physical_rows:  # rows past the first file's groups (defensive)
-                yield _Chunk(reader, start, reader.physical_rows)
+                spans.append((start, reader.physical_rows))
+            for start, end in spans:
+                parts = [(start, end)] if maybe is None or self._pruner is None else (
+                    await self._pruner.split(reader, maybe, start, end))
+                for a, b in parts:
+                    yield _Chunk(reader, a, b)
 
     async def _read_chunk(self, chunk: _Chunk) -> pa.RecordBatch:
         """The result rows of one chunk: deletions removed, filter applied, projected."""
@@ -169,7 +181,7 @@ class Scanner:
             batch = await fragment.read_range(self.read_fields, chunk.start, chunk.end)
             if keep is not None:
                 batch = batch.filter(pa.array(keep))
-            return self._finish(batch, fragment.id, offsets)
+            return await self._finish(batch, fragment, offsets)
         # Late materialisation: evaluate the filter on its own columns first, then fetch the
         # other projected columns only for the rows that pass (when few do).
         filter_fields = self.read_fields[len(self.projection):] + [
@@ -178,7 +190,7 @@ class Scanner:
         head = await fragment.read_range(filter_fields, chunk.start, chunk.end)
         if keep is not None:
             head = head.filter(pa.array(keep))
-        head = self._with_system_columns(head, fragment.id, offsets)
+        head = await self._with_system_columns(head, fragment, offsets)
         positions = pa.array(np.arange(len(offsets), dtype=np.int64))
         head = pa.RecordBatch.from_arrays([*head.columns, positions],
                                           schema=head.schema.append(pa.field(_POSITION,
@@ -203,19 +215,21 @@ class Scanner:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
         return selected.select(self.output_schema.names)
 
-    def _with_system_columns(self, batch: pa.RecordBatch, fragment_id: int,
-                             offsets: np.ndarray) -> pa.RecordBatch:
-        if self.with_row_id or self.with_row_address or self._filter_system:
-            addr = row_addresses(fragment_id, offsets)
-            arrays = [*batch.columns, addr, addr]
-            fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in SYSTEM_COLUMNS)]
+    async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
+                                   offsets: np.ndarray) -> pa.RecordBatch:
+        wanted = [n for n in SYSTEM_COLUMNS
+                  if n in self._output_names or n in self._filter_system]
+        if wanted:
+            extra = await system_columns(self.ctx, fragment.fragment, offsets, wanted)
+            arrays = [*batch.columns, *extra.values()]
+            fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in extra)]
             # Rebuilt rather than appended to: a batch with no columns has no row count.
             batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
         return batch
 
-    def _finish(self, batch: pa.RecordBatch, fragment_id: int, offsets: np.ndarray,
-                ) -> pa.RecordBatch:
-        batch = self._with_system_columns(batch, fragment_id, offsets)
+    async def _finish(self, batch: pa.RecordBatch, fragment: FragmentReader,
+                      offsets: np.ndarray) -> pa.RecordBatch:
+        batch = await self._with_system_columns(batch, fragment, offsets)
         return batch.select(self.output_schema.names)
 
     async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
@@ -276,6 +290,16 @@ class Scanner:
         """The whole result as one table."""
         batches = [b async for b in self.to_batches()]
         return pa.Table.from_batches(batches, schema=self.output_schema)
+
+    def explain(self) -> str:
+        """What the scan reads and what page statistics let it skip (counters fill in as the
+        scan runs: call after consuming it)."""
+        names = [f.name for f in self.read_fields]
+        head = (f"scan of {len(self.fragments)} fragments, columns {names}, filter: "
+                f"{self._filter_arg if self.filter is not None else 'none'}\n")
+        if self._pruner is None:
+            return head + "pruning: none (no statistics apply)"
+        return head + self.stats.describe()
 
     async def count_rows(self) -> int:
         """Number of result rows; without a filter this reads no data."""

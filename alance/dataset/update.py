@@ -32,6 +32,7 @@ from alance.dataset.dml import (
     write_rows,
 )
 from alance.dataset.read import ReadContext
+from alance.dataset.row_ids import ROW_CREATED_AT_VERSION, ROW_ID, uses_stable_row_ids
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
 from alance.dataset.write import removed_on_failure
@@ -39,6 +40,7 @@ from alance.errors import InvalidInputError
 from alance.filter import compile_expression
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
+from alance.transaction.lineage import distribute_kept_rows
 from alance.transaction.operations import new_update
 
 
@@ -120,15 +122,24 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         target = snap.schema.to_arrow()
         field_ids = [snap.schema.field(n).id for n in compiled]
         addresses: list[np.ndarray] = []
-        scanner = Scanner(ctx, filter=where, with_row_address=True)
+        # With stable row ids the new rows keep the old rows' ids and creation versions.
+        lineage = [ROW_ID, ROW_CREATED_AT_VERSION] if uses_stable_row_ids(snap.manifest) else []
+        kept: dict[str, list[np.ndarray]] = {n: [] for n in lineage}
+        scanner = Scanner(ctx, columns=[*snap.schema.names, *lineage], filter=where,
+                          with_row_address=True)
 
         async def new_rows() -> AsyncIterator[pa.RecordBatch]:
             async for batch in scanner.to_batches():
                 addresses.append(batch.column(ROW_ADDRESS).to_numpy())
-                rows = storage_batch(batch.drop_columns([ROW_ADDRESS]), target)
+                for n in lineage:
+                    kept[n].append(batch.column(n).to_numpy())
+                rows = storage_batch(batch.drop_columns([ROW_ADDRESS, *lineage]), target)
                 yield apply_updates(rows, target, compiled)
 
         fragments = await write_rows(ctx, new_rows())
+        if lineage:
+            distribute_kept_rows(fragments, *(np.concatenate(kept[n]) if kept[n] else
+                                              np.empty(0, np.uint64) for n in lineage))
         written = WrittenFiles()
         async with removed_on_failure(store, fragments, written):
             addr = np.concatenate(addresses) if addresses else np.empty(0, np.uint64)

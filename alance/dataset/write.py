@@ -7,10 +7,11 @@ store's upload buffer, whatever the size of the input.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,10 +23,15 @@ from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
 from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceSchema
+from alance.format.v2.writer import V2FileWriter
 from alance.io.store import DatasetStore
 
-#: Data storage versions this writer produces, by the names users may give.
-LEGACY_NAMES = {None: "0.1", "legacy": "0.1", "0.1": "0.1", "0.2": "0.1"}
+#: Names of the legacy (v0.1/v0.2 files) data storage version users may give.
+LEGACY_NAMES = {"legacy": "0.1", "0.1": "0.1", "0.2": "0.1"}
+#: Names of the 2.x data storage versions alance writes; ``stable`` is 2.2 as in pylance 14.
+V2_NAMES = {"2.0": "2.0", "2.1": "2.1", "2.2": "2.2", "stable": "2.2"}
+#: The data storage version of new datasets when none is asked for.
+DEFAULT_STORAGE_VERSION = "2.2"
 
 
 #: Row groups encoded per call of the file writer (bounds the writer's working memory).
@@ -52,13 +58,34 @@ class WriteParams:
 
 
 def storage_version_for(requested: str | None) -> str:
-    """The manifest ``data_format.version`` for a user's ``data_storage_version`` argument."""
-    try:
-        return LEGACY_NAMES[requested]
-    except KeyError:
+    """The manifest ``data_format.version`` for a user's ``data_storage_version`` argument
+    (``None``: the default, 2.2)."""
+    if requested is None:
+        return DEFAULT_STORAGE_VERSION
+    key = requested.strip().lower() if isinstance(requested, str) else requested
+    if key in LEGACY_NAMES:
+        return LEGACY_NAMES[key]
+    if key in V2_NAMES:
+        return V2_NAMES[key]
+    if key == "next":
         raise UnsupportedFeatureError(
-            f"data_storage_version={requested!r}: alance writes only the legacy (v0.2) file "
-            "format so far") from None
+            f"data_storage_version={requested!r}: alance writes legacy (0.1/0.2), 2.0, 2.1 "
+            "and 2.2 data files")
+    raise InvalidInputError(f"unknown data_storage_version {requested!r}; use 'legacy', "
+                            "'2.0', '2.1', '2.2' or 'stable'")
+
+
+def file_version_of(storage_version: str) -> tuple[int, int] | None:
+    """The 2.x file version written for a dataset's data storage version (None: legacy);
+    raises UnsupportedFeatureError for versions alance cannot write."""
+    if storage_version in ("0.1", "0.2", "legacy"):
+        return None
+    if storage_version in ("2.0", "2.1", "2.2"):
+        major, minor = storage_version.split(".")
+        return int(major), int(minor)
+    raise UnsupportedFeatureError(
+        f"alance cannot write data files of data storage version {storage_version} "
+        "(it writes legacy, 2.0, 2.1 and 2.2 files)")
 
 
 def random_file_name() -> str:
@@ -70,8 +97,12 @@ def random_file_name() -> str:
 async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           batches: AsyncIterator[pa.RecordBatch], params: WriteParams,
                           dictionaries: dict[int, pa.Array] | None = None,
+                          storage_version: str = "0.1",
                           ) -> list[table_pb2.DataFragment]:
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
+
+    ``storage_version`` (the dataset's ``data_format.version``) picks the file writer:
+    legacy v0.2 files for ``"0.1"``, else 2.0 / 2.1 / 2.2 files.
 
     ``batches`` are encoded a batch at a time, as row groups of ``max_rows_per_group`` rows
     (feed batches of many groups: per-call overhead is per batch). ``dictionaries`` (field
@@ -83,6 +114,9 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     fragments: list[table_pb2.DataFragment] = []
     written: list[str] = []
     field_ids = schema.field_ids()
+    file_version = file_version_of(storage_version)
+    if file_version is not None:
+        V2FileWriter(schema, file_version)  # refuses unwritable types before any IO
     try:
         pending: pa.RecordBatch | None = None
         while True:
@@ -93,14 +127,20 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             name = f"{random_file_name()}.lance"
             path = f"{DATA_DIR}/{name}"
             written.append(path)
-            encoder = LegacyFileWriter(schema, dictionaries=dictionaries)
+            encoder = (LegacyFileWriter(schema, dictionaries=dictionaries)
+                       if file_version is None else V2FileWriter(schema, file_version))
             rows = 0
             async with store.open_writer(path) as out:
                 while pending is not None:
                     room = params.max_rows_per_file - rows
                     chunk, pending = (pending, None) if pending.num_rows <= room else (
                         pending.slice(0, room), pending.slice(room))
-                    for part in encoder.write_batches_parts(chunk, params.max_rows_per_group):
+                    parts: Sequence[bytes | memoryview]
+                    if isinstance(encoder, LegacyFileWriter):
+                        parts = encoder.write_batches_parts(chunk, params.max_rows_per_group)
+                    else:
+                        parts = await asyncio.to_thread(encoder.write_batch, chunk)
+                    for part in parts:
                         await out.write(part)
                     rows += chunk.num_rows
                     if rows >= params.max_rows_per_file or (
@@ -110,10 +150,17 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                         pending = await anext(batches, None)
                 await out.write(encoder.finish())
                 size = out.bytes_written
-            dictionaries.update(encoder.dictionaries)
             frag = table_pb2.DataFragment(physical_rows=rows)
-            frag.files.add(path=name, fields=field_ids, file_major_version=0,
-                           file_minor_version=2, file_size_bytes=size)
+            if isinstance(encoder, LegacyFileWriter):
+                dictionaries.update(encoder.dictionaries)
+                frag.files.add(path=name, fields=field_ids, file_major_version=0,
+                               file_minor_version=2, file_size_bytes=size)
+            else:
+                leaf_ids = encoder.leaf_field_ids
+                frag.files.add(path=name, fields=leaf_ids,
+                               column_indices=list(range(len(leaf_ids))),
+                               file_major_version=encoder.version[0],
+                               file_minor_version=encoder.version[1], file_size_bytes=size)
             fragments.append(frag)
     except BaseException:
         for path in written:

@@ -33,11 +33,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.errors import InvalidInputError
+from alance.filter._bounds import (
+    UNKNOWN,
+    AllOf,
+    AnyOf,
+    BoundPredicate,
+    RangeTest,
+    Unknown,
+    bound_predicate,
+    tested_columns,
+)
 from alance.filter._compiler import Compiler
 from alance.filter._sql import is_sql_literal, parse_filter
 
 __all__ = [
     "ROW_ADDRESS_COLUMNS",
+    "UNKNOWN",
+    "AllOf",
+    "AnyOf",
+    "BoundPredicate",
+    "RangeTest",
+    "Unknown",
+    "bound_predicate",
+    "tested_columns",
     "as_expression",
     "compile_filter",
     "compile_expression",

@@ -40,6 +40,27 @@ from alance.filter._values import (
 )
 
 
+def _nan_ordered(fn: Callable[..., pc.Expression], a: pc.Expression, b: pc.Expression,
+                 ) -> pc.Expression:
+    """A float comparison in Lance's (DataFusion's) order: NaN equals NaN and is greater
+    than every other value; -0.0 equals 0.0. Nulls still give null."""
+    a_nan, b_nan = pc.is_nan(a), pc.is_nan(b)
+    either = pc.or_kleene(a_nan, b_nan)
+    nan_case = {
+        pc.equal: pc.and_kleene(a_nan, b_nan),
+        pc.not_equal: pc.xor(a_nan, b_nan),
+        pc.less: pc.and_kleene(pc.invert(a_nan), b_nan),
+        pc.less_equal: b_nan,
+        pc.greater: pc.and_kleene(a_nan, pc.invert(b_nan)),
+        pc.greater_equal: a_nan,
+    }[fn]
+    return pc.if_else(either, nan_case, fn(a, b))
+
+
+_NAN_ORDERED = frozenset({pc.equal, pc.not_equal, pc.less, pc.less_equal, pc.greater,
+                          pc.greater_equal})
+
+
 class Compiler:
     """Compiles one filter against one schema; remembers the columns it referenced."""
 
@@ -85,6 +106,8 @@ class Compiler:
                 raise InvalidInputError(f"struct {field.name!r} has no field {name!r}")
             field = field.type.field(index)
         self.columns.setdefault(top, None)
+        if pa.types.is_float16(field.type):  # Arrow has no float16 kernels: widen (exact)
+            return Node(pc.field(top, *path[1:]).cast(pa.float32()), pa.float32())
         return Node(pc.field(top, *path[1:]), field.type)
 
     def _top_level(self, name: str, exact: bool) -> str:
@@ -147,6 +170,12 @@ class Compiler:
             return Node(pc.scalar(None), pa.null(), None)
         if isinstance(node, exp.Boolean):
             return make_literal(bool(node.this), pa.bool_())
+        if isinstance(node, exp.HexString):
+            try:
+                value = bytes.fromhex(node.this)
+            except ValueError as exc:
+                raise InvalidInputError(f"bad binary literal {node.sql()!r}") from exc
+            return make_literal(value, pa.binary())
         if isinstance(node, exp.Neg):
             return number_literal(node.this.this, negative=True)
         if node.is_string:
@@ -172,7 +201,9 @@ class Compiler:
         left = self.compile(left_ast, coerce_to=left_hint)
         right = self.compile(right_ast, coerce_to=right_hint)
         if type(node) in COMPARISONS:
-            return Node(self.apply(COMPARISONS[type(node)], left, right), pa.bool_())
+            stored = is_column_ref(left_ast) or is_column_ref(right_ast)
+            return Node(self.apply(COMPARISONS[type(node)], left, right, nan_order=stored),
+                        pa.bool_())
         common = common_numeric(left.type, right.type)
         if common is not None:  # widen explicitly: Arrow would narrow literals instead
             left = Node(left.expr.cast(common), common)
@@ -216,22 +247,29 @@ class Compiler:
         value = self.compile(node.this)
         low = self.compile(node.args["low"], coerce_to=hint)
         high = self.compile(node.args["high"], coerce_to=hint)
-        lower = self.apply(pc.greater_equal, value, low)
-        upper = self.apply(pc.less_equal, value, high)
+        stored = is_column_ref(node.this)
+        lower = self.apply(pc.greater_equal, value, low, nan_order=stored)
+        upper = self.apply(pc.less_equal, value, high, nan_order=stored)
         return Node(pc.and_kleene(lower, upper), pa.bool_())
 
     @staticmethod
-    def apply(fn: Callable[..., pc.Expression], a: Node, b: Node) -> pc.Expression:
+    def apply(fn: Callable[..., pc.Expression], a: Node, b: Node, *,
+              nan_order: bool = False) -> pc.Expression:
         """Call a binary kernel after aligning operand types Arrow would not align itself.
 
         An untyped NULL takes the other operand's type, and a date or zone-less timestamp
-        meeting a timestamp with a time zone is read as UTC (as Lance does).
+        meeting a timestamp with a time zone is read as UTC (as Lance does). ``nan_order``:
+        compare floats as Lance compares stored values (NaN equal to itself and above all
+        other values); pylance does not do so for NaN computed in the filter (``f % 0``).
         """
         a_expr, b_expr = a.expr, b.expr
         if needs_cast_to(a.type, b.type):
             a_expr = a_expr.cast(b.type)
         elif needs_cast_to(b.type, a.type):
             b_expr = b_expr.cast(a.type)
+        if nan_order and fn in _NAN_ORDERED and (
+                pa.types.is_floating(a.type) or pa.types.is_floating(b.type)):
+            return _nan_ordered(fn, a_expr, b_expr)
         return fn(a_expr, b_expr)
 
     def on_in(self, node: exp.In, resolve: bool) -> Node:
@@ -250,7 +288,11 @@ class Compiler:
             i.type == set_type or i.literal is None for i in items
         ):
             present = [i.literal for i in items if i.literal is not None]
-            found = pc.is_in(value.expr, value_set=pa.array(present, set_type), skip_nulls=True)
+            probe = value.expr
+            if pa.types.is_floating(set_type):  # hashing tells -0.0 from 0.0; SQL does not
+                probe = pc.add(probe, pa.scalar(0.0, set_type))
+                present = [v + 0.0 for v in present]  # type: ignore[operator]
+            found = pc.is_in(probe, value_set=pa.array(present, set_type), skip_nulls=True)
             found = pc.if_else(pc.is_null(value.expr), pa.scalar(None, pa.bool_()), found)
             if len(present) < len(items):  # a NULL in the list turns "not found" into NULL
                 found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))

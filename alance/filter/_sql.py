@@ -24,6 +24,7 @@ class LanceSql(Dialect):
     class Tokenizer(tokens.Tokenizer):
         IDENTIFIERS: ClassVar = ["`"]
         QUOTES: ClassVar = ["'", '"']
+        HEX_STRINGS: ClassVar = [("X'", "'"), ("x'", "'")]  # binary literals: X'0aff'
         STRING_ESCAPES: ClassVar = ["'"]  # backslashes stay in the literal (LIKE uses them)
 
 
@@ -84,7 +85,7 @@ def is_sql_literal(node: exp.Expression) -> bool:
     node = unparen(node)
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
         return not node.this.is_string
-    return isinstance(node, (exp.Literal, exp.Boolean, exp.Null))
+    return isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.HexString))
 
 
 def is_column_ref(node: exp.Expression) -> bool:

@@ -89,6 +89,13 @@ def coerce_value(value: object, value_type: pa.DataType, target: pa.DataType) ->
         return None
     if pa.types.is_boolean(value_type) and pa.types.is_boolean(target):
         return pa.scalar(value, target)
+    if pa.types.is_binary(value_type):
+        assert isinstance(value, bytes)
+        if pa.types.is_binary(target) or pa.types.is_large_binary(target):
+            return pa.scalar(value, target)
+        if pa.types.is_fixed_size_binary(target):
+            return pa.scalar(value, target) if len(value) == target.byte_width else None
+        return None
     return None
 
 

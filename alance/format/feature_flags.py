@@ -50,7 +50,7 @@ class FeatureFlag(IntFlag):
 KNOWN_FLAGS = FeatureFlag(sum(int(f) for f in FeatureFlag))
 
 #: Bits alance can read past. Stable row ids do not change how rows are stored, so scans are
-#: unaffected (alance must not report row addresses as ``_rowid`` on such tables). Mixed data
+#: unaffected (``_rowid`` then comes from the fragments' row id sequences). Mixed data
 #: file versions are fine because every data file is read according to its own version.
 READER_SUPPORTED = (
     FeatureFlag.DELETION_FILES
@@ -60,9 +60,11 @@ READER_SUPPORTED = (
     | FeatureFlag.MIXED_DATA_FILE_VERSIONS
 )
 
-#: Bits alance can commit on top of (it keeps deletion files and config as they are).
+#: Bits alance can commit on top of (it keeps deletion files and config as they are, and
+#: assigns and carries stable row ids and row versions).
 WRITER_SUPPORTED = (
     FeatureFlag.DELETION_FILES | FeatureFlag.USE_V2_FORMAT_DEPRECATED | FeatureFlag.TABLE_CONFIG
+    | FeatureFlag.STABLE_ROW_IDS
 )
 
 

@@ -86,7 +86,8 @@ def logical_type_of(dtype: pa.DataType) -> str:
         return "large_list.struct" if pa.types.is_struct(dtype.value_type) else "large_list"
     if pa.types.is_fixed_size_list(dtype):
         item = dtype.value_field
-        if item.metadata and item.metadata.get(EXT_NAME_KEY.encode()) == BFLOAT16_EXT.encode():
+        named = (item.metadata or {}).get(EXT_NAME_KEY.encode()) == BFLOAT16_EXT.encode()
+        if named or getattr(item.type, "extension_name", None) == BFLOAT16_EXT:
             inner = BFLOAT16_EXT
         else:
             inner = logical_type_of(item.type)
@@ -154,9 +155,10 @@ def with_extension_type(field: pa.Field) -> pa.Field:
     IPC readers do. Unknown extension names leave the field as it is.
     """
     meta = field.metadata or {}
-    if EXT_NAME_KEY.encode() not in meta or isinstance(field.type, pa.BaseExtensionType):
+    if isinstance(field.type, pa.BaseExtensionType) or not _names_extension(field):
         return field
-    key = (field.name, str(field.type), tuple(sorted(meta.items())), field.nullable)
+    key = (field.name, str(field.type), tuple(sorted(meta.items())), field.nullable,
+           _nested_metadata(field.type))
     resolved = _EXTENSION_CACHE.get(key)
     if resolved is None:
         resolved = pa.ipc.read_schema(pa.py_buffer(pa.schema([field]).serialize())).field(0)
@@ -165,6 +167,29 @@ def with_extension_type(field: pa.Field) -> pa.Field:
 
 
 _EXTENSION_CACHE: dict[tuple[Any, ...], pa.Field] = {}
+
+
+def _children(dtype: pa.DataType) -> list[pa.Field]:
+    if pa.types.is_struct(dtype):
+        return [dtype.field(i) for i in range(dtype.num_fields)]
+    if pa.types.is_map(dtype):
+        return [dtype.key_field, dtype.item_field]
+    if (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
+            or pa.types.is_fixed_size_list(dtype)):
+        return [dtype.value_field]
+    return []
+
+
+def _names_extension(field: pa.Field) -> bool:
+    """Whether the field or a nested child field carries an extension name."""
+    if field.metadata and EXT_NAME_KEY.encode() in field.metadata:
+        return True
+    return any(_names_extension(c) for c in _children(field.type))
+
+
+def _nested_metadata(dtype: pa.DataType) -> tuple[Any, ...]:
+    return tuple((tuple(sorted((c.metadata or {}).items())), _nested_metadata(c.type))
+                 for c in _children(dtype))
 
 
 def _default_encoding(dtype: pa.DataType) -> int:
@@ -260,6 +285,12 @@ class LanceSchema:
                 dtype = dtype.storage_type
             logical = logical_type_of(dtype)
             if meta.get(EXT_NAME_KEY) in (b"arrow.json", b"lance.json"):
+                if not pa.types.is_large_binary(dtype):
+                    # Lance stores JSON as JSONB bytes (lance.json over large_binary); text
+                    # stored under that name would be misread by pylance.
+                    raise UnsupportedFeatureError(
+                        f"column {f.name!r}: JSON text columns need Lance's JSONB encoding, "
+                        "which alance does not write yet; store the text as a string column")
                 logical = "json"
             lf = LanceField(
                 id=next_id[0], name=f.name, logical_type=logical, nullable=f.nullable,

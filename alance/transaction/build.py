@@ -23,9 +23,10 @@ from collections.abc import Iterable, Mapping
 from alance import __version__
 from alance._proto import table_pb2, transaction_pb2
 from alance.errors import InvalidInputError, RetryableCommitConflictError, UnsupportedFeatureError
-from alance.format.feature_flags import apply_feature_flags, check_writer_flags
+from alance.format.feature_flags import FeatureFlag, apply_feature_flags, check_writer_flags
 from alance.format.manifest import ManifestFile, make_writer_version
 from alance.transaction import indices as ix
+from alance.transaction.lineage import assign_new_rows
 from alance.transaction.operations import (
     config_changes,
     operation_name,
@@ -182,6 +183,8 @@ def _restored(base: ManifestFile, txn: transaction_pb2.Transaction, transaction_
     for name in ("tag", "version_aux_data"):
         manifest.ClearField(name)  # type: ignore[arg-type]
     manifest.version = base.manifest.version + 1
+    # stable row ids are never handed out twice, whatever version is restored
+    manifest.next_row_id = max(manifest.next_row_id, base.manifest.next_row_id)
     _finish(manifest, txn, transaction_file)
     return ManifestFile(manifest=manifest, index_section=source.index_section, transaction=txn,
                         prelude=source.prelude)
@@ -190,14 +193,18 @@ def _restored(base: ManifestFile, txn: transaction_pb2.Transaction, transaction_
 def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, *,
                    transaction_file: str, data_storage_version: str = "0.1",
                    prelude: bytes | None = None,
-                   restore_source: ManifestFile | None = None) -> ManifestFile:
+                   restore_source: ManifestFile | None = None,
+                   stable_row_ids: bool = False) -> ManifestFile:
     """The manifest file of the version that applying ``txn`` to ``base`` produces.
 
     ``base`` is the newest committed version (``None`` only when an Overwrite creates the
     dataset). ``prelude`` holds the dictionary values an Overwrite's schema points to (v0.1/v0.2
     files); other operations keep the base's. A Restore needs the manifest file of the version
     it restores as ``restore_source``. Everything of ``base`` alance does not interpret is
-    carried over unchanged.
+    carried over unchanged. ``stable_row_ids`` only matters when the dataset is created
+    (``base`` is ``None``); afterwards the base's feature flag decides. With stable row ids,
+    the rows of appended, overwriting and updating fragments get row ids and versions (see
+    :func:`~alance.transaction.lineage.assign_new_rows`) and ``next_row_id`` advances.
     """
     op = operation_name(txn)
     if op not in BUILDABLE:
@@ -232,9 +239,13 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
         _set_map(manifest.schema_metadata, dict(metadata))
     field_ids = {int(f.id) for f in manifest.fields}
     ids = _Ids(0 if op == "overwrite" else next_fragment_id(manifest))
+    stable = (bool(base.manifest.reader_feature_flags & FeatureFlag.STABLE_ROW_IDS)
+              if base is not None else stable_row_ids)
+    new_rows: list[Fragment] = []
 
     if op == "append":
-        fragments += ids.assign(txn.append.fragments)
+        new_rows = ids.assign(txn.append.fragments)
+        fragments += new_rows
     elif op == "delete":
         fragments = _replace(fragments, txn.delete.deleted_fragment_ids,
                              txn.delete.updated_fragments)
@@ -244,10 +255,11 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
         fragments = _replace(fragments, upd.removed_fragment_ids, upd.updated_fragments)
         ix.prune_modified_fields(indices, [f.id for f in upd.updated_fragments],
                                  upd.fields_modified)
-        fragments += ids.assign(upd.new_fragments)
+        new_rows = ids.assign(upd.new_fragments)
+        fragments += new_rows
         indices = ix.retain_relevant_indices(indices, field_ids, fragments)
     elif op == "overwrite":
-        fragments = ids.assign(txn.overwrite.fragments)
+        fragments = new_rows = ids.assign(txn.overwrite.fragments)
         indices = []
         if base is not None:
             manifest.data_format.version = data_storage_version
@@ -272,6 +284,9 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     elif op == "data_replacement":
         fragments = _replace_data(fragments, txn)
     # reserve_fragments and update_config leave fragments and indices alone
+    if stable:
+        manifest.next_row_id = assign_new_rows(new_rows, int(manifest.next_row_id),
+                                               int(manifest.version))
 
     fragments.sort(key=lambda f: f.id)
     for frag in fragments:
@@ -292,7 +307,7 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     elif op == "reserve_fragments":
         current = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else 0
         manifest.max_fragment_id = current + txn.reserve_fragments.num_fragments
-    apply_feature_flags(manifest)
+    apply_feature_flags(manifest, stable_row_ids=stable)
     manifest.writer_version.CopyFrom(make_writer_version(__version__))
     _finish(manifest, txn, transaction_file)
     if op != "overwrite":

@@ -122,7 +122,28 @@ class FsstVariable(Variable):
         return Variable(offs, data)
 
 
-Block = Fixed | Variable
+@dataclass
+class StructValues:
+    """Values of a packed struct whose fields differ in width: one block per field."""
+
+    fields: list[Fixed | Variable]
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, idx: np.ndarray) -> StructValues:
+        """The values at ``idx``."""
+        return StructValues([f.take(idx) for f in self.fields], len(idx))
+
+    def slice(self, start: int, stop: int) -> StructValues:
+        """Values ``start..stop``."""
+        if not 0 <= start <= stop <= self.n:
+            raise CorruptFileError("a page holds fewer values than its rows need")
+        return StructValues([f.slice(start, stop) for f in self.fields], stop - start)
+
+
+Block = Fixed | Variable | StructValues
 
 
 def plain(block: Block) -> Block:
@@ -135,6 +156,12 @@ def concat_blocks(blocks: list[Block]) -> Block:
     if len(blocks) == 1:
         return blocks[0]
     blocks = [plain(b) for b in blocks]
+    if all(isinstance(b, StructValues) for b in blocks):
+        parts = [b for b in blocks if isinstance(b, StructValues)]
+        if len({len(b.fields) for b in parts}) != 1:
+            raise CorruptFileError("pages of one packed struct differ in their fields")
+        fields = [concat_blocks([b.fields[i] for b in parts]) for i in range(len(parts[0].fields))]
+        return StructValues(fields, sum(b.n for b in parts))  # type: ignore[arg-type]
     if all(isinstance(b, Fixed) for b in blocks):
         fixed = [b for b in blocks if isinstance(b, Fixed)]
         bits = {b.bits for b in fixed}
@@ -168,6 +195,28 @@ def _validity_buffer(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
     return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
 
 
+def _packed_struct(block: Fixed, storage: pa.StructType, n: int, vbuf: pa.Buffer | None,
+                   nulls: int) -> pa.Array:
+    """Split row-major packed struct values into one child array per field."""
+    widths = []
+    for f in storage:
+        bits = f.type.bit_width if not pa.types.is_nested(f.type) else 0
+        if not bits or bits % 8:
+            raise UnsupportedFeatureError(f"packed struct field of type {f.type}")
+        widths.append(bits // 8)
+    raw = block.values
+    if raw.ndim == 1:
+        raw = raw.view(np.uint8).reshape(n, -1) if n else raw.reshape(0, sum(widths))
+    if raw.shape != (n, sum(widths)):
+        raise CorruptFileError("packed struct values have the wrong width")
+    kids, pos = [], 0
+    for f, w in zip(storage, widths, strict=True):
+        part = np.ascontiguousarray(raw[:, pos: pos + w]).reshape(-1)
+        kids.append(pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(part)]))
+        pos += w
+    return pa.StructArray.from_buffers(storage, n, [vbuf], null_count=nulls, children=kids)
+
+
 def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
     """An Arrow array of ``dtype`` from decoded values and an optional validity mask."""
     block = plain(block)
@@ -195,11 +244,20 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
                                                  pa.py_buffer(np.ascontiguousarray(data))],
                                     null_count=nulls)
         return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+    if isinstance(block, StructValues):
+        if not pa.types.is_struct(storage) or storage.num_fields != len(block.fields):
+            raise CorruptFileError(f"packed struct values for a {dtype} column")
+        kids = [to_arrow(b, f.type, None) for b, f in zip(block.fields, storage, strict=True)]
+        arr = pa.StructArray.from_buffers(storage, n, [vbuf], null_count=nulls, children=kids)
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
     if pa.types.is_boolean(storage):
         if block.bits != 1:
             raise CorruptFileError("boolean column stored with more than one bit per value")
         vals = pa.py_buffer(np.packbits(block.values.astype(np.uint8), bitorder="little"))
         arr = pa.Array.from_buffers(storage, n, [vbuf, vals], null_count=nulls)
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
+    if pa.types.is_struct(storage):
+        arr = _packed_struct(block, storage, n, vbuf, nulls)
         return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
     if pa.types.is_fixed_size_list(storage):
         dim = storage.list_size
@@ -228,4 +286,5 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
     return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
 
 
-__all__ = ["Block", "Fixed", "FsstVariable", "Variable", "concat_blocks", "plain", "to_arrow"]
+__all__ = ["Block", "Fixed", "FsstVariable", "StructValues", "Variable", "concat_blocks", "plain",
+           "to_arrow"]

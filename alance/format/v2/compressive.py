@@ -22,6 +22,7 @@ from alance.format.v2.kernels import (
     BLOCK,
     UINT,
     decompress,
+    fastlanes_at,
     fsst_symbols,
     gather_ranges,
     range_indices,
@@ -72,7 +73,8 @@ def _decompress_chunks(scheme: int, bufs: ChunkBufs) -> ChunkBufs:
     return ChunkBufs(data, starts, sizes)
 
 
-def _fixed_from_chunks(bufs: ChunkBufs, counts: np.ndarray, bits: int) -> Fixed:
+def _fixed_from_chunks(bufs: ChunkBufs, counts: np.ndarray, bits: int,
+                       pick: np.ndarray | None = None) -> Fixed:
     if bits == 1:
         nbytes = (counts + 7) // 8
         if np.any(nbytes > bufs.sizes):
@@ -87,11 +89,26 @@ def _fixed_from_chunks(bufs: ChunkBufs, counts: np.ndarray, bits: int) -> Fixed:
     need = counts * width
     if np.any(need > bufs.sizes):
         raise CorruptFileError("flat mini-block is too short")
+    if pick is not None:
+        chunk, pos = _chunk_of(counts, pick)
+        at = bufs.starts[chunk] + pos * width
+        raw = bufs.data[(at[:, None] + np.arange(width)).reshape(-1)]
+        return Fixed.from_bytes(raw, bits, len(pick))
     raw = gather_ranges(bufs.data, bufs.starts, need)
     return Fixed.from_bytes(raw, bits, int(counts.sum()))
 
 
-def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int) -> Fixed:
+def _chunk_of(counts: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For value indices ``pick`` (over all chunks): the chunk of each and the index in it."""
+    ends = np.cumsum(counts)
+    if len(pick) and (pick.min() < 0 or pick.max() >= (ends[-1] if len(ends) else 0)):
+        raise CorruptFileError("mini-block values are fewer than their rows need")
+    chunk = np.searchsorted(ends, pick, side="right")
+    return chunk, pick - (ends - counts)[chunk]
+
+
+def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
+                      pick: np.ndarray | None = None) -> Fixed:
     if t not in UINT:
         raise UnsupportedFeatureError(f"bit-packing of {t}-bit values")
     wb = t // 8
@@ -108,6 +125,15 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int) -> Fixed:
     words_needed = widths * (BLOCK // t)
     if np.any(wb * (1 + words_needed) > bufs.sizes):
         raise CorruptFileError("bit-packed mini-block is too short")
+    if pick is not None:  # just the values asked for, straight from the packed words
+        chunk, pos = _chunk_of(counts, pick)
+        vals = np.empty(len(pick), dtype=UINT[t])
+        cw = widths[chunk]
+        for w in np.unique(cw).tolist():
+            sel = np.flatnonzero(cw == w)
+            vals[sel] = fastlanes_at(bufs.data, bufs.starts[chunk[sel]] + wb, pos[sel], t,
+                                     int(w))
+        return Fixed(vals, t)
     for w in np.unique(widths).tolist():
         sel = np.flatnonzero(widths == w)
         n_words = w * (BLOCK // t)
@@ -196,8 +222,12 @@ def _bss_chunks(enc: pb.ByteStreamSplit, bufs: ChunkBufs, counts: np.ndarray) ->
 
 
 def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
-                     counts: np.ndarray) -> Block:
-    """Decode the values of many mini-blocks (``counts[i]`` values in chunk ``i``)."""
+                     counts: np.ndarray, pick: np.ndarray | None = None) -> Block:
+    """Decode the values of many mini-blocks (``counts[i]`` values in chunk ``i``).
+
+    ``pick``: only these (sorted) value indices, counted over all the chunks; encodings that
+    allow it (flat, bit-packed) then decode just those values.
+    """
     for b in bufs:
         b.check()
     which = _which(enc)
@@ -205,13 +235,29 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         if not bufs:
             raise CorruptFileError("general compression without a buffer")
         inner = [_decompress_chunks(int(enc.general.compression.scheme), bufs[0]), *bufs[1:]]
-        return miniblock_values(enc.general.values, inner, counts)
+        return miniblock_values(enc.general.values, inner, counts, pick)
+    if pick is not None and which in ("flat", "inline_bitpacking") and len(bufs) == 1:
+        buf = bufs[0]
+        if which == "flat" and not enc.flat.HasField("data") \
+                and int(enc.flat.bits_per_value) % 8 == 0:
+            return _fixed_from_chunks(buf, counts, int(enc.flat.bits_per_value), pick)
+        if which == "inline_bitpacking" and not enc.inline_bitpacking.HasField("values"):
+            bits = int(enc.inline_bitpacking.uncompressed_bits_per_value)
+            return _inline_bitpacked(buf, counts, bits, pick)
+    if pick is not None:
+        block = miniblock_values(enc, bufs, counts)
+        if len(pick) and pick.max() >= len(block):
+            raise CorruptFileError("mini-block values are fewer than their rows need")
+        return block.take(pick)
     if which == "rle":
         if len(bufs) != 2:
             raise CorruptFileError("RLE mini-blocks need two buffers")
         return _rle_chunks(enc.rle, bufs[0], bufs[1], counts)
     if which == "fixed_size_list" and enc.fixed_size_list.has_validity:
         return _fsl_with_validity(enc.fixed_size_list, bufs, counts)
+    if which == "packed_struct":
+        return _packed(enc.packed_struct, miniblock_values(enc.packed_struct.values, bufs,
+                                                            counts), int(counts.sum()))
     if len(bufs) != 1:
         raise CorruptFileError(f"{which} mini-blocks need one buffer, got {len(bufs)}")
     (buf,) = bufs
@@ -243,6 +289,20 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         items = miniblock_values(fsl.values, [buf], counts * dim)
         return _group_fsl(items, dim, int(counts.sum()))
     raise UnsupportedFeatureError(f"mini-block encoding {which!r} is not supported")
+
+
+def _packed(enc: pb.PackedStruct, inner: Block, n: int) -> Fixed:
+    """Packed struct rows: each value holds every field's bytes, one after another."""
+    bits = [int(b) for b in enc.bits_per_value]
+    if any(b % 8 for b in bits):
+        raise UnsupportedFeatureError("packed struct fields that are not whole bytes")
+    width = sum(bits) // 8
+    if not isinstance(inner, Fixed) or inner.bits != 8 * width:
+        raise CorruptFileError("packed struct values disagree with their field widths")
+    raw = inner.as_bytes()
+    if len(raw) != n * width:
+        raise CorruptFileError("packed struct values have the wrong size")
+    return Fixed(raw.reshape(n, width), 8 * width)
 
 
 def _fsl_with_validity(fsl: pb.FixedSizeList, bufs: list[ChunkBufs],
@@ -320,6 +380,8 @@ def block_values(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Block:
             raise UnsupportedFeatureError("fixed-size lists with nullable items")
         dim = int(fsl.items_per_value)
         return _group_fsl(block_values(fsl.values, raw, n * dim), dim, n)
+    if which == "packed_struct":
+        return _packed(enc.packed_struct, block_values(enc.packed_struct.values, raw, n), n)
     raise UnsupportedFeatureError(f"block encoding {which!r} is not supported")
 
 

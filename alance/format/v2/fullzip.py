@@ -13,7 +13,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError, UnsupportedFeatureError
-from alance.format.v2.blocks import Block, Fixed, Variable
+from alance.format.v2.blocks import Block, Fixed, StructValues, Variable
 from alance.format.v2.kernels import decompress, fsst_decode, gather_ranges
 from alance.format.v2.leaf import LeafData
 from alance.format.v2.levels import plan_levels, unravel
@@ -135,6 +135,68 @@ def decode_rows(layout: pb.FullZipLayout, data: np.ndarray, row_starts: np.ndarr
     return LeafData(layers, values)
 
 
+def _fsl_with_validity(fsl: pb.FixedSizeList, rows: np.ndarray) -> Fixed:
+    """Fixed-size lists with nullable items: each value is an item bitmap (whole bytes)
+    followed by the items."""
+    dim = int(fsl.items_per_value)
+    if fsl.values.WhichOneof("compression") != "flat" or dim <= 0:
+        raise UnsupportedFeatureError("nested or compressed fixed-size lists with null items")
+    bits = int(fsl.values.flat.bits_per_value)
+    if bits % 8:
+        raise UnsupportedFeatureError("fixed-size lists of non-byte-aligned values")
+    nmap = (dim + 7) // 8
+    if rows.shape[1] != nmap + dim * bits // 8:
+        raise CorruptFileError("full-zip fixed-size list values have the wrong size")
+    bitmap = np.unpackbits(rows[:, :nmap], axis=1, bitorder="little")[:, :dim].astype(bool)
+    values = np.ascontiguousarray(rows[:, nmap:])
+    return Fixed(values, dim * bits, None if bitmap.all() else bitmap)
+
+
+def _variable_packed(enc: pb.VariablePackedStruct, raw: np.ndarray,
+                     offsets: np.ndarray) -> StructValues:
+    """Packed struct rows with variable-width fields: each row holds its fields in order, a
+    fixed-width field as its bytes, a variable one as a length and the bytes. Empty rows
+    (null structs) hold nothing."""
+    n = len(offsets) - 1
+    present = np.flatnonzero(offsets[1:] > offsets[:-1])
+    ptr = offsets[:-1][present].astype(np.int64)
+    end = offsets[1:][present]
+    fields: list[Fixed | Variable] = []
+    for f in enc.fields:
+        kind = f.WhichOneof("layout")
+        value = f.value.WhichOneof("compression")
+        if kind == "bits_per_value" and value == "flat" and f.bits_per_value % 8 == 0:
+            width = int(f.bits_per_value) // 8
+            if len(ptr) and (ptr + width > end).any():
+                raise CorruptFileError("packed struct field runs past its row")
+            out = np.zeros((n, width), np.uint8)
+            out[present] = raw[(ptr[:, None] + np.arange(width)).reshape(-1)].reshape(-1, width)
+            fields.append(Fixed.from_bytes(out.reshape(-1), width * 8, n))
+            ptr = ptr + width
+        elif kind == "bits_per_length" and value in ("variable", "fsst") \
+                and f.bits_per_length in (32, 64):
+            lw = int(f.bits_per_length) // 8
+            if len(ptr) and (ptr + lw > end).any():
+                raise CorruptFileError("packed struct field length runs past its row")
+            lens = raw[(ptr[:, None] + np.arange(lw)).reshape(-1)].reshape(-1, lw)
+            length = np.ascontiguousarray(lens).view(f"<u{lw}").reshape(-1).astype(np.int64)
+            if len(ptr) and ((length < 0).any() or (ptr + lw + length > end).any()):
+                raise CorruptFileError("packed struct field runs past its row")
+            data = gather_ranges(raw, ptr + lw, length)
+            all_lens = np.zeros(n, np.int64)
+            all_lens[present] = length
+            offs = np.concatenate(([0], np.cumsum(all_lens)))
+            if value == "fsst":
+                data, offs = fsst_decode(f.value.fsst.symbol_table, data, offs)
+            fields.append(Variable(offs, data))
+            ptr = ptr + lw + length
+        else:
+            raise UnsupportedFeatureError(f"packed struct field stored as {kind}/{value}")
+    if len(ptr) and (ptr != end).any():
+        raise CorruptFileError("packed struct row has trailing bytes")
+    return StructValues(fields, n)
+
+
 def _values(layout: pb.FullZipLayout, raw: np.ndarray, lengths: np.ndarray, fixed: bool,
             vbytes: int) -> Block:
     enc = layout.value_compression
@@ -144,8 +206,13 @@ def _values(layout: pb.FullZipLayout, raw: np.ndarray, lengths: np.ndarray, fixe
         if which == "flat":
             return Fixed.from_bytes(raw, int(enc.flat.bits_per_value), n)
         if which == "fixed_size_list":
-            if enc.fixed_size_list.has_validity:
-                raise UnsupportedFeatureError("fixed-size lists with nullable items")
+            fsl = enc.fixed_size_list
+            if not fsl.has_validity:
+                return Fixed(raw.reshape(n, vbytes), vbytes * 8)
+            return _fsl_with_validity(fsl, raw.reshape(n, vbytes))
+        if which == "packed_struct":
+            if sum(int(b) for b in enc.packed_struct.bits_per_value) != vbytes * 8:
+                raise CorruptFileError("packed struct values disagree with their width")
             return Fixed(raw.reshape(n, vbytes), vbytes * 8)
         raise UnsupportedFeatureError(f"full-zip fixed-width encoding {which!r}")
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -154,6 +221,8 @@ def _values(layout: pb.FullZipLayout, raw: np.ndarray, lengths: np.ndarray, fixe
     if which == "fsst":
         data, offs = fsst_decode(enc.fsst.symbol_table, raw, offsets)
         return Variable(offs, data)
+    if which == "variable_packed_struct":
+        return _variable_packed(enc.variable_packed_struct, raw, offsets)
     if which == "general":
         scheme = int(enc.general.compression.scheme)
         parts = [decompress(scheme, raw[offsets[i]: offsets[i + 1]])  # values >= 32 KiB

@@ -79,6 +79,23 @@ def _fastlanes_plan(t: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return word, shift, spill, inverse
 
 
+@cache
+def _fastlanes_rows(t: int, w: int,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The lane rows of a block in output order, with for each its word, shift, the next
+    word and the left shift (minus one) that brings the spilled bits in."""
+    word, shift, _, inverse = _fastlanes_plan(t, w)
+    groups = t // 8
+    # Output position (s * groups + j) * lanes + l holds row inverse[j] * 8 + s of lane l.
+    order = np.array([inverse[j] * 8 + s for s in range(8) for j in range(groups)])
+    dtype = UINT[t]
+    w_lo, s_lo = word[order], shift[order]
+    w_hi = np.minimum(w_lo + 1, max(w - 1, 0))
+    up = (t - 1 - s_lo).astype(dtype)[None, :, None]
+    spills = bool((s_lo + w > t).any())
+    return w_lo, s_lo.astype(dtype)[None, :, None], w_hi, up, spills
+
+
 def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
     """Unpack ``k`` blocks of ``1024 * w / t`` packed ``t``-bit words into ``(k, 1024)`` values.
 
@@ -91,19 +108,55 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
     lanes = BLOCK // t
     if words.shape[1] != w * lanes:
         raise CorruptFileError("bit-packed block has the wrong size")
-    word, shift, spill, inverse = _fastlanes_plan(t, w)
-    packed = np.ascontiguousarray(words, dtype=dtype).reshape(k, w, lanes)
+    packed = np.asarray(words, dtype=dtype).reshape(k, w, lanes)
+    w_lo, s_lo, w_hi, up, spills = _fastlanes_rows(t, w)
+    vals = np.take(packed, w_lo, axis=1)  # (k, t, lanes): rows already in output order
     if w == t:
-        vals = packed
-    else:
-        vals = packed[:, word, :] >> shift.astype(dtype)[None, :, None]
-        if len(spill):
-            up = (t - shift[spill]).astype(dtype)[None, :, None]
-            vals[:, spill, :] |= packed[:, word[spill] + 1, :] << up
-        vals &= dtype((1 << w) - 1)
-    grouped = vals.reshape(k, t // 8, 8, lanes).transpose(0, 2, 1, 3)
-    out = np.take(grouped, inverse, axis=2)
-    return out.reshape(k, BLOCK)
+        return vals.reshape(k, BLOCK)
+    vals >>= s_lo
+    if spills:
+        # Bits continuing in the next word; rows that do not spill shift them out entirely
+        # (two shifts, since shifting a t-bit word by t is undefined).
+        hi = np.take(packed, w_hi, axis=1)
+        hi <<= up
+        hi <<= dtype(1)
+        vals |= hi
+    vals &= dtype((1 << w) - 1)
+    return vals.reshape(k, BLOCK)
+
+
+def fastlanes_at(data: np.ndarray, block_start: np.ndarray, pos: np.ndarray, t: int,
+                 w: int) -> np.ndarray:
+    """Single values out of FastLanes-packed blocks, without unpacking whole blocks.
+
+    Value ``pos[i]`` (0..1023) of the block of ``t``-bit words ``w`` bits wide that starts at
+    byte ``block_start[i]`` of ``data``. The caller checks that the blocks lie in ``data``.
+    """
+    dtype = UINT[t]
+    if w == 0 or len(pos) == 0:
+        return np.zeros(len(pos), dtype=dtype)
+    word, shift, _, inverse = _fastlanes_plan(t, w)
+    lanes = BLOCK // t
+    groups = t // 8
+    lane = pos % lanes
+    q = pos // lanes
+    row = inverse[q % groups] * 8 + q // groups  # the row of the lane holding the value
+    wb = t // 8
+    addr = block_start + (word[row] * lanes + lane) * wb
+    sh = shift[row].astype(dtype)
+    out = _words_at(data, addr, wb, dtype) >> sh
+    spill = np.flatnonzero(shift[row] + w > t)
+    if len(spill):
+        hi = _words_at(data, addr[spill] + lanes * wb, wb, dtype)
+        out[spill] |= hi << (t - sh[spill])
+    if w < t:
+        out &= dtype((1 << w) - 1)
+    return out
+
+
+def _words_at(data: np.ndarray, addr: np.ndarray, wb: int, dtype: type) -> np.ndarray:
+    raw = data[addr[:, None] + np.arange(wb)]
+    return np.ascontiguousarray(raw).view(f"<u{wb}").reshape(-1).astype(dtype, copy=False)
 
 
 def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -233,5 +286,5 @@ def decompress(scheme: int, buf: bytes | memoryview | np.ndarray) -> bytes:
     raise UnsupportedFeatureError(f"general compression scheme {scheme} is not supported")
 
 
-__all__ = ["BLOCK", "UINT", "decompress", "fsst_decode", "fsst_symbols", "gather_ranges",
-           "range_indices", "unpack_fastlanes"]
+__all__ = ["BLOCK", "UINT", "decompress", "fastlanes_at", "fsst_decode", "fsst_symbols",
+           "gather_ranges", "range_indices", "unpack_fastlanes"]

@@ -73,6 +73,9 @@ def empty_block(dtype: pa.DataType, n: int) -> Block:
     if pa.types.is_fixed_size_list(storage):
         width = storage.list_size * storage.value_type.bit_width // 8
         return Fixed(np.zeros((n, width), np.uint8), width * 8)
+    if pa.types.is_struct(storage):  # a packed struct
+        width = sum(f.type.bit_width for f in storage) // 8
+        return Fixed(np.zeros((n, width), np.uint8), width * 8)
     bits = storage.bit_width
     if bits in (8, 16, 32, 64):
         return Fixed(np.zeros(n, f"<u{bits // 8}"), bits)
@@ -110,7 +113,35 @@ def constant_block(dtype: pa.DataType, n: int, value: bytes) -> Block:
     return Variable(offsets, data)
 
 
+def is_packed_struct(field: LanceField) -> bool:
+    """Whether ``field`` is a struct stored as one column of row-major fixed-width values
+    (field metadata ``packed`` or ``lance-encoding:packed`` set to true)."""
+    if field.logical_type != "struct":
+        return False
+    for key in ("packed", "lance-encoding:packed"):
+        value = field.metadata.get(key)
+        if value is not None:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            if text.lower() == "true":
+                return True
+    return False
+
+
+def is_blob(field: LanceField) -> bool:
+    """Whether ``field`` is a blob column (bytes stored out of line, described by position
+    and size): ``lance-encoding:blob`` metadata or the ``lance.blob.v2`` extension."""
+    value = field.metadata.get("lance-encoding:blob")
+    if value is not None:
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        if text.lower() == "true":
+            return True
+    return field.extension_name == "lance.blob.v2"
+
+
 def _leaf_paths(field: LanceField) -> Iterator[LanceField]:
+    if is_packed_struct(field):
+        yield field
+        return
     if field.logical_type == "struct" or field.type == 1:  # PARENT / REPEATED recurse
         if not field.children:
             return
@@ -149,7 +180,7 @@ def _mask(valid: np.ndarray | None) -> pa.Buffer | None:
 
 def _build(field: LanceField, leaves: dict[int, LeafData], depth: int) -> pa.Array:
     dtype = field.data_type
-    if field.logical_type == "struct":
+    if field.logical_type == "struct" and not is_packed_struct(field):
         layer = _layer(field, leaves, depth)
         kids = [_build(c, leaves, depth + 1) for c in field.children]
         for k in kids:
@@ -184,4 +215,4 @@ def _build(field: LanceField, leaves: dict[int, LeafData], depth: int) -> pa.Arr
 
 
 __all__ = ["LeafData", "build_array", "concat_leaves", "constant_block", "empty_block",
-           "leaves_of"]
+           "is_blob", "is_packed_struct", "leaves_of"]

@@ -131,11 +131,14 @@ def chunks_for_rows(state: MiniBlockState, rows: np.ndarray) -> np.ndarray:
 
 def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.ndarray,
                   data: np.ndarray, starts: np.ndarray, wide: bool,
-                  ) -> tuple[np.ndarray | None, np.ndarray | None, Block, np.ndarray]:
+                  wanted: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray | None, np.ndarray | None, Block, np.ndarray | None]:
     """Decode chunks whose bytes start at ``starts`` in ``data``.
 
     Returns rep levels, def levels, values of the visible items and the page row of every
-    item (or, when items are consecutive rows, just the row of the first item).
+    item (or, when items are consecutive rows, just the row of the first item). When
+    ``wanted`` (sorted page rows) is given and every row is one item with a value (no
+    lists), only those items are decoded and the row result is None.
     """
     plan = plan_levels(list(layout.layers))
     has_rep = layout.HasField("rep_compression")
@@ -178,14 +181,24 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
         defs = _levels(layout.def_compression, data, buf_starts[k], sizes_list[k], num_levels)
         k += 1
     value_bufs = [ChunkBufs(data, buf_starts[k + j], sizes_list[k + j]) for j in range(nbuf)]
-    values = miniblock_values(layout.value_compression, value_bufs, counts)
-    if state.dictionary is not None:
-        if not isinstance(values, Fixed):
-            raise CorruptFileError("dictionary indices are not integers")
-        idx = values.values.astype(np.int64)
-        if len(idx) and (idx.min() < 0 or idx.max() >= len(state.dictionary)):
-            raise CorruptFileError("dictionary index out of range")
-        values = state.dictionary.take(idx)
+    pick = None
+    if (wanted is not None and not plan.max_rep and plan.visible_max < 0 and len(chunks)
+            and (defs is None or np.array_equal(num_levels, counts))):
+        first = state.first_row[chunks]
+        ci = np.searchsorted(first, wanted, side="right") - 1
+        local = wanted - first[np.maximum(ci, 0)]
+        if (ci < 0).any() or (local >= counts[np.maximum(ci, 0)]).any():
+            raise CorruptFileError("mini-block chunks do not hold the rows asked for")
+        pick = np.concatenate(([0], np.cumsum(counts)[:-1]))[ci] + local
+    values = miniblock_values(layout.value_compression, value_bufs, counts, pick)
+    if pick is not None:
+        if len(values) != len(pick):
+            raise CorruptFileError("mini-block value count disagrees with its rows")
+        if defs is not None:
+            defs = defs[pick]
+        values = _dict_lookup(state, values)
+        return None if rep is None else rep[pick], defs, values, None
+    values = _dict_lookup(state, values)
     items_per_chunk = num_levels if (has_rep or has_def) else counts
     n_items = int(items_per_chunk.sum())
     vis = visible_mask(defs, plan)
@@ -210,6 +223,18 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     return rep, defs, values, row
 
 
+def _dict_lookup(state: MiniBlockState, values: Block) -> Block:
+    """Dictionary values for decoded indices (``values`` itself without a dictionary)."""
+    if state.dictionary is None:
+        return values
+    if not isinstance(values, Fixed):
+        raise CorruptFileError("dictionary indices are not integers")
+    idx = values.values.astype(np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(state.dictionary)):
+        raise CorruptFileError("dictionary index out of range")
+    return state.dictionary.take(idx)
+
+
 def _levels(enc: pb.CompressiveEncoding, data: np.ndarray, starts: np.ndarray,
             sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     parts = []
@@ -222,10 +247,20 @@ def _levels(enc: pb.CompressiveEncoding, data: np.ndarray, starts: np.ndarray,
 
 
 def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.ndarray | None,
-                values: Block, row: np.ndarray, wanted: np.ndarray | None,
+                values: Block, row: np.ndarray | None, wanted: np.ndarray | None,
                 lo: int, hi: int) -> LeafData:
-    """Keep the items of the wanted rows (sorted; or the range ``lo..hi``) and unravel."""
+    """Keep the items of the wanted rows (sorted; or the range ``lo..hi``) and unravel.
+
+    ``row`` None: the items are already exactly the wanted rows.
+    """
     plan: LevelPlan = plan_levels(list(layout.layers))
+    if row is None:
+        expected = (hi - lo) if wanted is None else len(wanted)
+        layers = unravel(rep, defs, plan, len(values))
+        if layers[-1].size != expected:
+            raise CorruptFileError(f"decoded {layers[-1].size} rows of a page, "
+                                   f"expected {expected}")
+        return LeafData(layers, values)
     n_items = len(rep) if rep is not None else len(defs) if defs is not None else len(values)
     if len(row) != n_items or n_items == 1:
         # Consecutive rows starting at row[0].

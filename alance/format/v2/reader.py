@@ -33,6 +33,7 @@ from alance.format.v2.leaf import (
     concat_leaves,
     constant_block,
     empty_block,
+    is_blob,
     leaves_of,
 )
 from alance.format.v2.levels import plan_levels, row_starts, unravel, visible_mask
@@ -98,7 +99,8 @@ def _read_miniblock(file: V2File, key: tuple[int, int], page: PageInfo,
         ranges = miniblock.chunk_ranges(state, chunks)
         got = yield ranges
         data, starts = miniblock.chunk_starts_in(_bytes(got), state, chunks)
-    rep, defs, values, row = miniblock.decode_chunks(layout, state, chunks, data, starts, wide)
+    rep, defs, values, row = miniblock.decode_chunks(layout, state, chunks, data, starts, wide,
+                                                     rows.wanted)
     return miniblock.select_rows(layout, rep, defs, values, row, rows.wanted, rows.lo,
                                  rows.hi)
 
@@ -330,6 +332,11 @@ class V2FileReader:
         return list(self.schema.with_ids(ids).fields)
 
     def _plan(self, fields: list[LanceField], rows: Rows) -> Plan[pa.RecordBatch]:
+        for f in fields:
+            if is_blob(f):
+                raise UnsupportedFeatureError(
+                    f"column {f.name!r} is a blob column; reading blob columns is not "
+                    "supported yet (project the other columns)")
         if rows.count == 0:
             return _empty_batch(fields)
         if self.file.version == (2, 0):

@@ -21,7 +21,7 @@ from alance.format.schema import LanceField
 from alance.format.v2.blocks import Block, Fixed, Variable, concat_blocks, to_arrow
 from alance.format.v2.container import PageInfo, V2File
 from alance.format.v2.kernels import decompress, range_indices
-from alance.format.v2.leaf import empty_block
+from alance.format.v2.leaf import empty_block, is_packed_struct
 
 
 class Rows20:
@@ -115,15 +115,30 @@ def decode_values(enc: pb.ArrayEncoding, bufs: Sequence[np.ndarray], n: int,
         fsl = enc.fixed_size_list
         dim = int(fsl.dimension)
         items, valid = decode_values(fsl.items, bufs, n * dim)
-        if valid is not None or not isinstance(items, Fixed) or items.bits % 8:
-            raise UnsupportedFeatureError("2.0 fixed-size lists with null items")
+        if not isinstance(items, Fixed) or items.bits % 8:
+            raise UnsupportedFeatureError("2.0 fixed-size lists of non-byte-aligned values")
         width = items.bits // 8 * dim
-        return Fixed(items.as_bytes().reshape(n, width), width * 8), None
+        raw = items.as_bytes()
+        if len(raw) != n * width or (valid is not None and len(valid) != n * dim):
+            raise CorruptFileError("2.0 fixed-size list values have the wrong size")
+        item_valid = None if valid is None or valid.all() else valid.reshape(n, dim)
+        return Fixed(raw.reshape(n, width), width * 8, item_valid), None
     if which == "fixed_size_binary":
         inner, valid = decode_values(enc.fixed_size_binary.bytes, bufs,
                                      n * int(enc.fixed_size_binary.byte_width))
         width = int(enc.fixed_size_binary.byte_width)
-        return Fixed(inner.as_bytes().reshape(n, width), width * 8), valid  # type: ignore[union-attr]
+        if not isinstance(inner, Fixed):
+            raise CorruptFileError("2.0 fixed-size binary bytes are not fixed-width")
+        return Fixed(inner.as_bytes().reshape(n, width), width * 8), valid
+    if which == "packed_struct":
+        width = sum(_packed_bits(inner) for inner in enc.packed_struct.inner)
+        if width % 8:
+            raise UnsupportedFeatureError("2.0 packed struct fields that are not whole bytes")
+        raw = _buffer(bufs, enc.packed_struct.buffer)
+        width //= 8
+        if len(raw) < n * width:
+            raise CorruptFileError("2.0 packed struct buffer is too short")
+        return Fixed(raw[: n * width].reshape(n, width), width * 8), None
     if which == "constant":
         value = enc.constant.value
         arr = np.tile(np.frombuffer(value, np.uint8), n)
@@ -131,10 +146,22 @@ def decode_values(enc: pb.ArrayEncoding, bufs: Sequence[np.ndarray], n: int,
     raise UnsupportedFeatureError(f"2.0 encoding {which!r} is not supported")
 
 
+def _packed_bits(enc: pb.ArrayEncoding) -> int:
+    """Bits per value of one field of a 2.0 packed struct."""
+    which = enc.WhichOneof("array_encoding")
+    if which == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
+        return _packed_bits(enc.nullable.no_nulls.values)
+    if which == "flat":
+        return int(enc.flat.bits_per_value)
+    raise UnsupportedFeatureError(f"2.0 packed struct field encoded as {which!r}")
+
+
 def empty_block_like(block: Block, n: int) -> Block:
     """``n`` placeholder values of the same kind as ``block``."""
     if isinstance(block, Variable):
         return Variable(np.zeros(n + 1, np.int64), block.data[:0])
+    if not isinstance(block, Fixed):
+        raise CorruptFileError("2.0 dictionary items are of an unexpected kind")
     return Fixed(np.zeros((n, *block.values.shape[1:]), block.values.dtype), block.bits)
 
 
@@ -243,7 +270,7 @@ def read_field20(file: V2File, field: LanceField, columns: Mapping[int, int],
     if col is None or col < 0:
         raise CorruptFileError(f"field {field.name!r} has no column in the 2.0 file")
     dtype = field.data_type
-    if field.logical_type == "struct":
+    if field.logical_type == "struct" and not is_packed_struct(field):
         kids = yield from gather([read_field20(file, c, columns, rows) for c in field.children])
         storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
         return pa.StructArray.from_arrays(kids, fields=list(storage))

@@ -1,0 +1,205 @@
+"""The part of a filter that value bounds can decide: for pruning pages by their statistics.
+
+:func:`bound_predicate` turns a SQL filter into a small tree of *range tests* on top-level
+columns (``col < 5``, ``col BETWEEN 'a' AND 'f'``, ``col IN (1, 2)``, ``col IS NULL``...)
+joined by AND/OR. Anything else (functions, arithmetic, NOT, struct fields, ``!=`` on
+floats...) becomes :data:`UNKNOWN`, which never rules anything out. Literals are converted to
+the column's type exactly as the filter compiler converts them; a literal that cannot be
+represented exactly in the column's type makes its test UNKNOWN too.
+
+The tree is only ever used to say "no row of this page can match": a page is skipped when its
+test is false for every value inside the page's [min, max] bounds and null count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+from sqlglot import exp
+
+from alance.errors import InvalidInputError
+from alance.filter._sql import LanceSql, is_sql_literal, parse_filter, unparen
+
+
+@dataclass(frozen=True)
+class RangeTest:
+    """``column <op> values``; ops: eq, lt, le, gt, ge, in, is_null, not_null."""
+
+    column: str
+    op: str
+    values: tuple[pa.Scalar, ...] = ()
+
+
+@dataclass(frozen=True)
+class AllOf:
+    """Every part must hold."""
+
+    parts: tuple[BoundPredicate, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """At least one part must hold."""
+
+    parts: tuple[BoundPredicate, ...]
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A condition statistics cannot decide."""
+
+
+UNKNOWN = Unknown()
+BoundPredicate = RangeTest | AllOf | AnyOf | Unknown
+
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}
+_OPS: dict[type[exp.Expression], str] = {
+    exp.EQ: "eq", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge",
+}
+
+
+def _prunable_type(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_date(t) or pa.types.is_decimal(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+class _Builder:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._one_row = pa.table({"__alance": pa.array([0], pa.int8())})
+
+    def column(self, node: exp.Expression) -> pa.Field | None:
+        node = unparen(node)
+        if not isinstance(node, exp.Column) or node.table:
+            return None
+        ident = node.this
+        name = ident.name
+        if name in self.schema.names:
+            field = self.schema.field(name)
+        elif isinstance(ident, exp.Identifier) and not ident.quoted:
+            matches = [f for f in self.schema if f.name.lower() == name.lower()]
+            if len(matches) != 1:
+                return None
+            field = matches[0]
+        else:
+            return None
+        return field if _prunable_type(field.type) else None
+
+    def literal(self, node: exp.Expression, target: pa.DataType) -> pa.Scalar | None:
+        """The literal as a scalar of ``target``, or None when that is not exact."""
+        from alance.filter import compile_expression
+
+        node = unparen(node)
+        if not is_sql_literal(node) and not isinstance(node, exp.Cast):
+            return None
+        try:
+            expr, _, columns = compile_expression(node.sql(dialect=LanceSql), self.schema, target)
+            if columns:
+                return None
+            value = pads.dataset(self._one_row).to_table(columns={"v": expr}).column(0)[0]
+        except (InvalidInputError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
+                pa.ArrowTypeError):
+            return None
+        if not value.is_valid:
+            return None
+        if value.type.equals(target):
+            return value
+        try:
+            cast = value.cast(target, safe=True)
+            if cast.cast(value.type, safe=True).equals(value):
+                return cast
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass
+        return None
+
+    def build(self, node: exp.Expression) -> BoundPredicate:
+        node = unparen(node)
+        if isinstance(node, exp.And | exp.Or):
+            left = self.build(node.args["this"])
+            right = self.build(node.args["expression"])
+            if isinstance(node, exp.And):
+                parts = tuple(p for p in (left, right) if not isinstance(p, Unknown))
+                return AllOf(parts) if parts else UNKNOWN
+            if isinstance(left, Unknown) or isinstance(right, Unknown):
+                return UNKNOWN
+            return AnyOf((left, right))
+        op = _OPS.get(type(node))
+        if op is not None:
+            return self._compare(node.args["this"], node.args["expression"], op)
+        if isinstance(node, exp.Between):
+            field = self.column(node.this)
+            if field is None:
+                return UNKNOWN
+            low = self.literal(node.args["low"], field.type)
+            high = self.literal(node.args["high"], field.type)
+            if low is None or high is None:
+                return UNKNOWN
+            parts = tuple(p for p in (_test(field, "ge", low), _test(field, "le", high))
+                          if not isinstance(p, Unknown))
+            return AllOf(parts) if parts else UNKNOWN
+        if isinstance(node, exp.In) and not node.args.get("query"):
+            field = self.column(node.this)
+            if field is None:
+                return UNKNOWN
+            values = [self.literal(v, field.type) for v in node.expressions]
+            if not values or any(v is None for v in values):
+                return UNKNOWN
+            return RangeTest(field.name, "in", tuple(v for v in values if v is not None))
+        if isinstance(node, exp.Is) and isinstance(unparen(node.expression), exp.Null):
+            field = self.column(node.this)
+            return UNKNOWN if field is None else RangeTest(field.name, "is_null")
+        if isinstance(node, exp.Not):
+            inner = unparen(node.this)
+            if isinstance(inner, exp.Is) and isinstance(unparen(inner.expression), exp.Null):
+                field = self.column(inner.this)
+                return UNKNOWN if field is None else RangeTest(field.name, "not_null")
+        return UNKNOWN
+
+    def _compare(self, left: exp.Expression, right: exp.Expression, op: str,
+                 ) -> BoundPredicate:
+        field = self.column(left)
+        other = right
+        if field is None:
+            field, other, op = self.column(right), left, _FLIP[op]
+        if field is None:
+            return UNKNOWN
+        value = self.literal(other, field.type)
+        if value is None:
+            return UNKNOWN
+        if pa.types.is_floating(field.type) and pc.is_nan(value).as_py():
+            return UNKNOWN
+        return _test(field, op, value)
+
+
+def _test(field: pa.Field, op: str, value: pa.Scalar) -> BoundPredicate:
+    """``field <op> value``; UNKNOWN for tests NaN passes (Lance orders NaN above every
+    float, and float bounds leave NaN out)."""
+    if pa.types.is_floating(field.type) and op in ("gt", "ge"):
+        return UNKNOWN
+    return RangeTest(field.name, op, (value,))
+
+
+def bound_predicate(sql: str, schema: pa.Schema) -> BoundPredicate:
+    """The range tests of ``sql`` over ``schema`` (see the module docstring).
+
+    The filter must already compile (this does not report errors: anything unusual is
+    UNKNOWN).
+    """
+    try:
+        return _Builder(schema).build(parse_filter(sql))
+    except InvalidInputError:
+        return UNKNOWN
+
+
+def tested_columns(pred: BoundPredicate) -> set[str]:
+    """Names of the columns the predicate's range tests look at."""
+    if isinstance(pred, RangeTest):
+        return {pred.column}
+    if isinstance(pred, AllOf | AnyOf):
+        return set().union(*(tested_columns(p) for p in pred.parts))
+    return set()

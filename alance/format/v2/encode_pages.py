@@ -1,0 +1,308 @@
+"""Page layouts of 2.1+ files, written: mini-block, full-zip and constant (all null).
+
+:func:`encode_page` picks a layout for one page of one leaf column (a :class:`Shredded`) and
+returns its buffers and its ``PageLayout`` message:
+
+* **mini-block** for small values (under 256 bytes each, as upstream decides): values cut
+  into chunks of a power-of-two number of values (at most 4096, the last chunk excepted) and
+  at most 32 KiB each, levels stored beside them in the chunk;
+* **full-zip** for large values, or when a chunk cannot be kept under 32 KiB (a long run of
+  empty lists): levels and values of every item zipped into one buffer, plus an index of
+  where each row starts;
+* **constant** when no item carries a value (all null, or only null / empty lists).
+
+Nothing is compressed. Pure: arrays in, bytes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from alance._proto import encodings_v2_1_pb2 as pb
+from alance.errors import UnsupportedFeatureError
+from alance.format.v2.encode_fullzip import encode_fullzip
+from alance.format.v2.encode_levels import Shredded
+from alance.format.v2.encode_values import (
+    BOOL,
+    NULLS,
+    VARIABLE,
+    Buffer,
+    EncodedPage,
+    ValueData,
+    dictionary_block,
+    flat,
+    value_data,
+    value_encoding,
+)
+
+ALIGN = 8
+MAX_CHUNK_BYTES = 32 * 1024
+MAX_CHUNK_VALUES = 4096
+#: Values at least this large go to full-zip pages.
+FULLZIP_MIN_VALUE = 256
+_TARGET_CHUNK_BYTES = 4 * 1024  # small chunks keep random access cheap, as upstream
+_ZEROS = np.zeros(ALIGN, dtype=np.uint8)
+#: Times a page that cannot be stored mini-block is halved before it goes full-zip.
+_MAX_SPLITS = 6
+
+def _pad(n: np.ndarray | int) -> np.ndarray | int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def encode_pages(sh: Shredded, *, large_chunks: bool, depth: int = 0) -> list[EncodedPage]:
+    """Encode the leaf column ``sh`` (some whole rows) as one page, or as several.
+
+    A long run of empty or null lists cannot share a mini-block chunk with a value: such
+    pages are cut in halves (by rows) a few times, then stored full-zip; booleans, which have
+    no full-zip form, are cut down to single rows if need be.
+    """
+    vd = value_data(sh.values)
+    if vd.kind == NULLS or vd.n == 0 or _simple_all_null(sh):
+        return [_constant(sh)]
+    zippable = _zippable(vd)
+    if zippable and vd.max_size >= FULLZIP_MIN_VALUE:
+        return [encode_fullzip(sh, vd)]
+    page = _miniblock(sh, vd, large_chunks)
+    if page is not None:
+        return [page]
+    if zippable and (depth >= _MAX_SPLITS or sh.num_rows < 2):
+        return [encode_fullzip(sh, vd)]
+    if sh.num_rows < 2:
+        raise UnsupportedFeatureError(
+            f"column {sh.field.name!r}: a value too large for a mini-block chunk, or a row "
+            "with too many empty or null lists, of a type that has no full-zip form "
+            "(booleans, nested fixed-size lists)")
+    half = sh.num_rows // 2
+    return [*encode_pages(_rows(sh, 0, half), large_chunks=large_chunks, depth=depth + 1),
+            *encode_pages(_rows(sh, half, sh.num_rows), large_chunks=large_chunks,
+                          depth=depth + 1)]
+
+
+def _rows(sh: Shredded, lo: int, hi: int) -> Shredded:
+    """Rows ``lo..hi`` of a shredded column."""
+    starts = np.append(sh.row_starts(), sh.num_items)
+    i0, i1 = int(starts[lo]), int(starts[hi])
+    if sh.visible is None:
+        v0, v1 = i0, i1
+        visible = None
+    else:
+        before = np.concatenate(([0], np.cumsum(sh.visible)))
+        v0, v1 = int(before[i0]), int(before[i1])
+        visible = sh.visible[i0:i1]
+    return replace(sh, rep=None if sh.rep is None else sh.rep[i0:i1],
+                   defs=None if sh.defs is None else sh.defs[i0:i1],
+                   values=sh.values.slice(v0, v1 - v0), visible=visible, num_rows=hi - lo)
+
+
+def _zippable(vd: ValueData) -> bool:
+    """Whether full-zip can hold these values: whole bytes, at most one list level."""
+    return vd.kind != BOOL and len(vd.dims) <= 1 and vd.leaf_bits != 1
+
+
+def _simple_all_null(sh: Shredded) -> bool:
+    return (sh.rep is None and sh.defs is not None and len(sh.layers) == 1
+            and bool((sh.defs != 0).all()))
+
+
+# -- constant ---------------------------------------------------------------------------------
+def _constant(sh: Shredded) -> EncodedPage:
+    layout = pb.ConstantLayout(layers=sh.layers)
+    buffers: list[Buffer] = []
+    if not (sh.rep is None and len(sh.layers) == 1):
+        rep = b"" if sh.rep is None else sh.rep.astype("<u2").tobytes()
+        defs = b"" if sh.defs is None else sh.defs.astype("<u2").tobytes()
+        buffers = [rep, defs]
+    return EncodedPage(buffers, pb.PageLayout(constant_layout=layout), sh.num_rows)
+
+
+# -- mini-block -------------------------------------------------------------------------------
+def _value_buffer_sizes(vd: ValueData, v0: np.ndarray, v1: np.ndarray) -> list[np.ndarray]:
+    """Unpadded size of every value buffer of every chunk ``[v0, v1)``."""
+    count = v1 - v0
+    if vd.kind == BOOL:
+        return [(count + 7) // 8]
+    if vd.kind == VARIABLE:
+        assert vd.offsets is not None
+        data = vd.offsets[v1] - vd.offsets[v0]
+        ob = vd.offset_bytes
+        return [ob * (count + 1) + (data + ob - 1) // ob * ob]  # padded to the offset width
+    sizes = []
+    items = count
+    for dim, valid in zip(vd.dims, vd.valids, strict=True):  # item bitmaps, outermost first
+        items = items * dim
+        if valid is not None:
+            sizes.append((items + 7) // 8)
+    sizes.append((items + 7) // 8 if vd.leaf_bits == 1 else count * vd.width)
+    return sizes
+
+
+def _chunk_sizes(vd: ValueData, v0: np.ndarray, v1: np.ndarray, i0: np.ndarray,
+                 i1: np.ndarray, n_levels: int, word: int,
+                 ) -> tuple[np.ndarray, list[np.ndarray]]:
+    bufs = _value_buffer_sizes(vd, v0, v1)
+    header = _pad(2 + 2 * n_levels + word * len(bufs))
+    total = header + n_levels * _pad(2 * (i1 - i0))
+    for b in bufs:
+        total = total + _pad(b)
+    return np.asarray(total, dtype=np.int64), bufs
+
+
+def _item_bounds(starts: np.ndarray, value_item: np.ndarray | None, n_items: int,
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Items of chunk ``c``: from the item of its first value (item 0 for the first chunk)
+    to the item of the next chunk's first value."""
+    first = starts if value_item is None else value_item[starts]
+    first = first.copy()
+    if len(first):
+        first[0] = 0
+    return first, np.append(first[1:], n_items)
+
+
+def _plan_chunks(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels: int,
+                 word: int) -> np.ndarray | None:
+    """First value of every chunk, or None if some value cannot fit a chunk."""
+    n = vd.n
+    est_total = int(sum(int(s.sum()) for s in _value_buffer_sizes(
+        vd, np.array([0]), np.array([n])))) + 2 * n_levels * sh.num_items
+    per_value = max(est_total / max(n, 1), 1 / 8)
+    k = int(min(MAX_CHUNK_VALUES, max(2, _TARGET_CHUNK_BYTES // per_value)))
+    k = 1 << (k.bit_length() - 1)
+    starts = np.arange(0, n, k, dtype=np.int64)
+    while True:
+        v1 = np.append(starts[1:], n)
+        i0, i1 = _item_bounds(starts, value_item, sh.num_items)
+        sizes, _ = _chunk_sizes(vd, starts, v1, i0, i1, n_levels, word)
+        over = (sizes > MAX_CHUNK_BYTES) | (i1 - i0 > 0xFFFF)
+        if n_levels:
+            over |= 2 * (i1 - i0) > 0xFFFF
+        if not over.any():
+            return starts
+        counts = v1 - starts
+        if (counts[over] <= 2).any():
+            return None  # only the last chunk may hold a single value
+        c = counts[over]
+        # Halve power-of-two chunks; cut the last one at a power of two below its size.
+        half = np.left_shift(1, np.floor(np.log2(np.maximum(c - 1, 1))).astype(np.int64))
+        starts = np.union1d(starts, starts[over] + half)
+
+
+def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
+    n_levels = int(sh.rep is not None) + int(sh.defs is not None)
+    word = 4 if large else 2
+    value_item = None if sh.visible is None else np.flatnonzero(sh.visible)
+    starts = _plan_chunks(sh, vd, value_item, n_levels, word)
+    if starts is None:
+        return None
+    n = vd.n
+    v1 = np.append(starts[1:], n)
+    i0, i1 = _item_bounds(starts, value_item, sh.num_items)
+    sizes, bufs = _chunk_sizes(vd, starts, v1, i0, i1, n_levels, word)
+    rep = None if sh.rep is None else sh.rep.astype("<u2")
+    defs = None if sh.defs is None else sh.defs.astype("<u2")
+    heads = _chunk_headers(i1 - i0 if n_levels else np.zeros(len(starts), np.int64),
+                           rep is not None, defs is not None, i1 - i0, bufs, word)
+    pieces: list[np.ndarray] = []
+    raw_values = _raw_values(vd)
+    for c in range(len(starts)):
+        a, b = int(starts[c]), int(v1[c])
+        ia, ib = int(i0[c]), int(i1[c])
+        parts = [heads[c]]
+        if rep is not None:
+            parts.append(rep[ia:ib].view(np.uint8))
+        if defs is not None:
+            parts.append(defs[ia:ib].view(np.uint8))
+        parts.extend(_chunk_values(vd, raw_values, a, b))
+        for p in parts:
+            pieces.append(p)
+            if len(p) % ALIGN:
+                pieces.append(_ZEROS[: ALIGN - len(p) % ALIGN])
+    chunks = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+    counts = v1 - starts
+    logs = np.floor(np.log2(np.maximum(counts, 1))).astype(np.int64)
+    logs[-1] = 0
+    meta = ((sizes // ALIGN - 1) << 4) | logs
+    meta_buf = meta.astype("<u4" if large else "<u2").tobytes()
+    layout = pb.MiniBlockLayout(
+        layers=sh.layers, num_buffers=len(bufs), num_items=n, has_large_chunk=large,
+        value_compression=value_encoding(vd))
+    if rep is not None:
+        layout.rep_compression.CopyFrom(flat(16))
+    if defs is not None:
+        layout.def_compression.CopyFrom(flat(16))
+    buffers: list[Buffer] = [meta_buf, chunks]
+    if vd.dictionary is not None:
+        enc, dict_buf = dictionary_block(vd.dictionary)
+        layout.dictionary.CopyFrom(enc)
+        layout.num_dictionary_items = vd.dictionary.n
+        buffers.append(dict_buf)
+    if rep is not None:
+        layout.repetition_index_depth = 1
+        buffers.append(_repetition_index(sh, i0, i1))
+    return EncodedPage(buffers, pb.PageLayout(mini_block_layout=layout), sh.num_rows)
+
+
+def _chunk_headers(num_levels: np.ndarray, has_rep: bool, has_def: bool, items: np.ndarray,
+                   bufs: list[np.ndarray], word: int) -> list[np.ndarray]:
+    """Per chunk: u16 level count, u16 rep / def sizes, value buffer sizes (u16 or u32)."""
+    small = [num_levels]
+    if has_rep:
+        small.append(2 * items)
+    if has_def:
+        small.append(2 * items)
+    head_small = np.stack(small, axis=1).astype("<u2").view(np.uint8)
+    head_big = np.stack(bufs, axis=1).astype("<u4" if word == 4 else "<u2").view(np.uint8)
+    heads = np.concatenate([head_small, head_big], axis=1)
+    return list(heads)
+
+
+def _raw_values(vd: ValueData) -> np.ndarray:
+    if vd.kind == VARIABLE:
+        return vd.data
+    if vd.kind == BOOL:
+        assert vd.bits is not None
+        return vd.bits
+    return np.ascontiguousarray(vd.data).reshape(-1)
+
+
+def _chunk_values(vd: ValueData, raw: np.ndarray, a: int, b: int) -> list[np.ndarray]:
+    if vd.kind == BOOL:
+        return [np.packbits(raw[a:b], bitorder="little")]
+    if vd.kind == VARIABLE:
+        assert vd.offsets is not None
+        offs = vd.offsets[a: b + 1]
+        ob = vd.offset_bytes
+        rel = (offs - offs[0] + ob * (b - a + 1)).astype(f"<u{ob}")
+        data = raw[int(offs[0]): int(offs[-1])]
+        if len(data) % ob:
+            data = np.concatenate([data, _ZEROS[: ob - len(data) % ob]])
+        return [np.concatenate([rel.view(np.uint8), data])]
+    out = []
+    per = 1
+    for dim, valid in zip(vd.dims, vd.valids, strict=True):
+        per *= dim
+        if valid is not None:
+            out.append(np.packbits(valid[a * per: b * per], bitorder="little"))
+    if vd.leaf_bits == 1:
+        assert vd.bits is not None
+        out.append(np.packbits(vd.bits[a * per: b * per], bitorder="little"))
+    else:
+        out.append(raw[a * vd.width: b * vd.width])
+    return out
+
+
+def _repetition_index(sh: Shredded, i0: np.ndarray, i1: np.ndarray) -> bytes:
+    """Per chunk: rows completed in it, and items after the last completed row."""
+    row_first = sh.row_starts()
+    row_last = np.append(row_first[1:], sh.num_items) - 1  # last item of every row
+    # Rows whose last item lies in chunk c.
+    ends = np.searchsorted(row_last, i1, side="left") - np.searchsorted(row_last, i0,
+                                                                         side="left")
+    k = np.searchsorted(row_last, i1, side="left") - 1  # last row completed by chunk end
+    last_end = np.where(k >= 0, row_last[np.maximum(k, 0)] + 1, 0)
+    partial = np.where(ends > 0, i1 - last_end, i1 - i0)
+    return np.stack([ends, partial], axis=1).astype("<u8").tobytes()
+
+
+__all__ = ["Buffer", "EncodedPage", "encode_pages"]

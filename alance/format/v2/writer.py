@@ -1,0 +1,278 @@
+"""Streaming writer of Lance 2.1 / 2.2 data files (pure: returns bytes, does no IO).
+
+:class:`V2FileWriter` shreds every batch into leaf columns (:mod:`.encode_levels`), encodes
+one page per leaf column per batch slice (:mod:`.encode_pages`) and returns the page buffers
+to append; :meth:`V2FileWriter.finish` returns the tail: the schema (global buffer 0), the
+column metadata, the two offset tables and the footer (see :mod:`.container`). Buffers start
+at 64-byte boundaries, as upstream places them.
+
+Memory stays bounded by one batch: nothing but page positions is kept between calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+
+from alance._proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+from alance.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from alance.format.schema import LanceField, LanceSchema
+from alance.format.v2.container import MAGIC
+from alance.format.v2.encode_levels import shred, storage_of
+from alance.format.v2.encode_pages import Buffer, encode_pages
+from alance.format.v2.encode_v20 import check_field20, columns20, encode_field20
+from alance.format.v2.leaf import is_packed_struct, leaves_of
+
+#: File versions this writer produces.
+WRITABLE_VERSIONS = ((2, 0), (2, 1), (2, 2))
+#: What the footer of a 2.0 file says (2.0 predates the 2.x numbering).
+_FOOTER_2_0 = (0, 3)
+BUFFER_ALIGN = 64
+#: A page holds at most about this many bytes of a column's values (rows are split evenly).
+PAGE_BYTES = 16 * 1024 * 1024
+
+
+def _column_encoding() -> bytes:
+    """The column-level encoding every column carries: plain values."""
+    enc = encodings_v2_0_pb2.ColumnEncoding()
+    enc.values.SetInParent()
+    wrapper = any_pb2.Any(type_url="/" + enc.DESCRIPTOR.full_name,
+                          value=enc.SerializeToString())
+    return wrapper.SerializeToString()
+
+
+def _check_types(field: LanceField, version: tuple[int, int], path: str) -> None:
+    if field.logical_type == "map" and version < (2, 2):
+        raise UnsupportedFeatureError(
+            f"field {path!r}: maps need data storage version 2.2 (this dataset uses "
+            f"{version[0]}.{version[1]})")
+    if field.logical_type == "struct" and not field.children:
+        raise UnsupportedFeatureError(f"field {path!r}: empty structs cannot be written to "
+                                      "2.x files")
+    if field.logical_type.startswith("fixed_size_list"):
+        item = field.data_type.value_type
+        while True:
+            if isinstance(item, pa.ExtensionType):
+                item = item.storage_type
+            if not pa.types.is_fixed_size_list(item):
+                break
+            item = item.value_type
+        if not (pa.types.is_integer(item) or pa.types.is_floating(item)
+                or pa.types.is_boolean(item)
+                or pa.types.is_decimal(item) or pa.types.is_fixed_size_binary(item)
+                or pa.types.is_temporal(item)):
+            raise UnsupportedFeatureError(
+                f"field {path!r}: fixed-size lists of {item} cannot be written to 2.x files")
+    for c in field.children:
+        _check_types(c, version, f"{path}.{c.name}")
+
+
+class V2FileWriter:
+    """Writes one 2.1 or 2.2 data file, batch by batch.
+
+    :meth:`write_batch` returns the buffers to append for a batch (their total size is in
+    :attr:`bytes_written` afterwards); :meth:`finish` the tail. Write them in order from
+    offset 0.
+    """
+
+    def __init__(self, schema: LanceSchema, version: tuple[int, int] = (2, 2)) -> None:
+        """Prepare a writer for ``schema`` (field ids as in the dataset manifest)."""
+        if version not in WRITABLE_VERSIONS:
+            raise UnsupportedFeatureError(
+                f"alance writes Lance file versions 2.0, 2.1 and 2.2, not "
+                f"{version[0]}.{version[1]}")
+        if not schema.fields:
+            raise InvalidInputError("cannot write a data file without columns")
+        for f in schema.fields:
+            if version == (2, 0):
+                check_field20(f, f.name)
+            else:
+                _check_types(f, version, f.name)
+        self._schema = copy.deepcopy(schema)
+        self._version = version
+        # 2.0: a column per field (pre-order); 2.1+: a column per leaf field.
+        self._leaves = (columns20(self._schema.fields) if version == (2, 0) else
+                        [leaf for f in self._schema.fields for leaf in leaves_of(f)])
+        self._pages: list[list[file2_pb2.ColumnMetadata.Page]] = [[] for _ in self._leaves]
+        # 2.0 struct columns: one page for the whole file, written by finish().
+        self._struct_rows: dict[int, int] = {
+            i: 0 for i, f in enumerate(self._leaves)
+            if version == (2, 0) and f.logical_type == "struct" and not is_packed_struct(f)}
+        self._position = 0
+        self._num_rows = 0
+        self._finished = False
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the file."""
+        return self._version
+
+    @property
+    def bytes_written(self) -> int:
+        """Total bytes returned so far (the file size once finished)."""
+        return self._position
+
+    @property
+    def num_rows(self) -> int:
+        """Rows written so far."""
+        return self._num_rows
+
+    @property
+    def leaf_field_ids(self) -> list[int]:
+        """Ids of the fields of the columns, in column order (``DataFile.fields`` of the
+        manifest): the leaf fields (2.1+), every field (2.0)."""
+        return [leaf.id for leaf in self._leaves]
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> list[bytes | memoryview]:
+        """Encode ``batch`` and return the buffers to append (padding included; ``len()`` of
+        each is its size in bytes)."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        if isinstance(batch, pa.Table):
+            batch = pa.RecordBatch.from_arrays(
+                [c.combine_chunks() for c in batch.columns], schema=batch.schema)
+        n = batch.num_rows
+        if n == 0:
+            return []
+        names = batch.schema.names
+        arrays: list[pa.Array] = []
+        for lf in self._schema.fields:
+            if lf.name not in names:
+                raise SchemaMismatchError(f"batch has no column {lf.name!r}")
+            arr = storage_of(batch.column(lf.name))
+            target = lf.data_type
+            if arr.type != target:
+                try:
+                    arr = arr.cast(target)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaMismatchError(
+                        f"column {lf.name!r} of type {arr.type} does not fit the file's "
+                        f"{target}: {exc}") from exc
+            arrays.append(arr)
+        if len(names) != len(self._schema.fields):
+            raise SchemaMismatchError(
+                f"batch columns {names} do not match the file's {self._schema.names}")
+        encoded: list[list[tuple[list[Buffer], Message, int]]] = []
+        for lf, arr in zip(self._schema.fields, arrays, strict=True):
+            per_leaf: list[list[tuple[list[Buffer], Message, int]]] | None = None
+            for lo, hi in _page_slices(arr):
+                part = arr.slice(lo, hi - lo)
+                pages: list[list[tuple[list[Buffer], Message, int]]]
+                if self._version == (2, 0):
+                    pages = [[p] for p in encode_field20(lf, part)]
+                else:
+                    pages = [[(p.buffers, p.layout, p.num_rows) for p in
+                              encode_pages(s, large_chunks=self._version >= (2, 2))]
+                             for s in shred(lf, part)]
+                if per_leaf is None:
+                    per_leaf = [[] for _ in pages]
+                for i, column_pages in enumerate(pages):
+                    per_leaf[i].extend(column_pages)
+            encoded.extend(per_leaf or [])
+        # Everything encoded: lay the buffers out.
+        out: list[bytes | memoryview] = []
+        for col, col_pages in enumerate(encoded):
+            for buffers, message, rows in col_pages:
+                if col in self._struct_rows:
+                    self._struct_rows[col] += rows
+                    continue
+                meta = file2_pb2.ColumnMetadata.Page(length=rows, priority=0)
+                for buf in buffers:
+                    pad = -self._position % BUFFER_ALIGN
+                    if pad:
+                        out.append(bytes(pad))
+                        self._position += pad
+                    view = _as_bytes(buf)
+                    size = len(view)
+                    meta.buffer_offsets.append(self._position)
+                    meta.buffer_sizes.append(size)
+                    if size:
+                        out.append(view)
+                    self._position += size
+                meta.encoding.direct.encoding = _any(message)
+                self._pages[col].append(meta)
+        self._num_rows += n
+        return out
+
+    def finish(self) -> bytes:
+        """Return the file tail; the file is complete once these bytes are appended."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        self._finished = True
+        parts: list[bytes] = []
+        pos = self._position
+
+        def put(data: bytes, align: int = 1) -> int:
+            nonlocal pos
+            pad = -pos % align
+            if pad:
+                parts.append(bytes(pad))
+                pos += pad
+            start = pos
+            parts.append(data)
+            pos += len(data)
+            return start
+
+        descriptor = file_pb2.FileDescriptor(length=self._num_rows)
+        protos = self._schema.to_protos()
+        for p in protos:
+            p.ClearField("type")
+        descriptor.schema.fields.extend(protos)
+        for k, v in self._schema.metadata.items():
+            descriptor.schema.metadata[k] = v
+        schema_bytes = descriptor.SerializeToString()
+        schema_pos = put(schema_bytes, BUFFER_ALIGN)
+        for col, rows in self._struct_rows.items():
+            page = file2_pb2.ColumnMetadata.Page(length=rows, priority=0)
+            page.encoding.direct.encoding = _any(
+                encodings_v2_0_pb2.ArrayEncoding(struct=encodings_v2_0_pb2.SimpleStruct()))
+            self._pages[col] = [page]
+        column_meta_start = pos
+        ranges = []
+        for pages in self._pages:
+            meta = file2_pb2.ColumnMetadata()
+            meta.encoding.direct.encoding = _column_encoding()
+            meta.pages.extend(pages)
+            raw = meta.SerializeToString()
+            ranges.append((put(raw), len(raw)))
+        cmo_start = pos
+        put(np.array(ranges, dtype="<u8").reshape(-1, 2).tobytes())
+        gbo_start = pos
+        footer_version = _FOOTER_2_0 if self._version == (2, 0) else self._version
+        put(np.array([[schema_pos, len(schema_bytes)]], dtype="<u8").tobytes())
+        put(struct.pack("<QQQIIHH", column_meta_start, cmo_start, gbo_start, 1,
+                        len(self._pages), *footer_version) + MAGIC)
+        self._position = pos
+        return b"".join(parts)
+
+
+def _any(message: Message) -> bytes:
+    """``message`` wrapped in a serialized ``google.protobuf.Any`` (type URL as upstream)."""
+    wrapper = any_pb2.Any(type_url="/" + message.DESCRIPTOR.full_name,
+                          value=message.SerializeToString())
+    return wrapper.SerializeToString()
+
+
+def _as_bytes(buf: Buffer) -> bytes | memoryview:
+    if isinstance(buf, bytes):
+        return buf
+    return np.ascontiguousarray(buf).view(np.uint8).reshape(-1).data
+
+
+def _page_slices(arr: pa.Array) -> list[tuple[int, int]]:
+    """Row ranges of the pages of one top-level column (each at most about PAGE_BYTES)."""
+    n = len(arr)
+    size = arr.nbytes if n else 0
+    if size <= PAGE_BYTES or n <= 1:
+        return [(0, n)]
+    pages = -(-size // PAGE_BYTES)
+    step = -(-n // pages)
+    return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+__all__ = ["BUFFER_ALIGN", "WRITABLE_VERSIONS", "V2FileWriter"]

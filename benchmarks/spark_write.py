@@ -1,0 +1,90 @@
+"""Spark: the same DataFrame written and read with native Parquet and with format("alance").
+
+    python benchmarks/spark_write.py                 # 2M rows, local[2]
+    python benchmarks/spark_write.py --rows 500000 --repeat 3
+
+The DataFrame is generated once and cached, so only writing and reading are timed. Reads are
+forced through every column with Spark's ``noop`` sink (a count would let Parquet skip the
+data). Python workers are started by a warm-up round before timing (alance runs in them,
+Parquet does not need them). Best of ``--repeat`` runs; target: alance within 2x of Parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+
+def best_of(repeat: int, fn: Callable[[int], None]) -> float:
+    """The fastest of ``repeat`` runs of ``fn(run_number)``."""
+    times = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=2)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import alance.spark
+
+    spark = (SparkSession.builder.master(f"local[{args.cores}]")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    alance.spark.register(spark)
+    work = tempfile.mkdtemp(prefix="alance-spark-bench-")
+    try:
+        df = spark.range(0, args.rows, 1, args.partitions).selectExpr(
+            "id", "pmod(hash(id), 100000) AS user_id",
+            "TIMESTAMP '2026-01-01' + make_interval(0, 0, 0, 0, 0, 0, id % 86400) AS ts",
+            "concat('/page/', pmod(hash(id, 1), 500)) AS page",
+            "rand(7) * 100 AS amount", "id % 3 = 0 AS flag").cache()
+        df.count()
+        # warm-up: start Python workers and JIT both paths
+        df.limit(1000).write.mode("overwrite").parquet(f"{work}/warm.parquet")
+        df.limit(1000).write.format("alance").mode("overwrite").save(f"{work}/warm.lance")
+        spark.read.format("alance").load(f"{work}/warm.lance").write.format("noop") \
+            .mode("overwrite").save()
+
+        results: dict[str, float] = {}
+        results["parquet write"] = best_of(args.repeat, lambda i: df.write.mode("overwrite")
+                                           .parquet(f"{work}/t{i}.parquet"))
+        results["alance write"] = best_of(args.repeat, lambda i: df.write.format("alance")
+                                          .mode("overwrite").save(f"{work}/t{i}.lance"))
+        results["parquet read"] = best_of(args.repeat, lambda i: spark.read.parquet(
+            f"{work}/t{i}.parquet").write.format("noop").mode("overwrite").save())
+        results["alance read"] = best_of(args.repeat, lambda i: spark.read.format("alance")
+                                         .load(f"{work}/t{i}.lance").write.format("noop")
+                                         .mode("overwrite").save())
+        check = spark.read.format("alance").load(f"{work}/t0.lance").count()
+        assert check == args.rows, check
+        print(f"\n{args.rows:,} rows, {args.partitions} partitions, local[{args.cores}], "
+              f"best of {args.repeat}")
+        for name, seconds in results.items():
+            print(f"  {name:<14} {seconds:7.2f} s  {args.rows / seconds / 1e6:6.2f} M rows/s")
+        for op in ("write", "read"):
+            ratio = results[f"alance {op}"] / results[f"parquet {op}"]
+            print(f"  alance/parquet {op} time: {ratio:.2f}x")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
