@@ -11,6 +11,11 @@ __version__ = "0.1.0"
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
 from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
 from alance.dataset.distributed import DistributedWrite, UncommittedFragments, plan_write
+from alance.dataset.distributed_compaction import (
+    CompactionPart,
+    DistributedCompaction,
+    plan_distributed_compaction,
+)
 from alance.dataset.distributed_dml import (
     DeletionPart,
     DistributedDelete,
@@ -44,10 +49,12 @@ __all__ = [
     "AlreadyExistsError",
     "CommitConflictError",
     "CommitHandler",
+    "CompactionPart",
     "ConditionalPutCommitHandler",
     "CorruptFileError",
     "DatasetNotFoundError",
     "DeletionPart",
+    "DistributedCompaction",
     "DistributedDelete",
     "DistributedUpdate",
     "DistributedWrite",
@@ -70,6 +77,7 @@ __all__ = [
     "__version__",
     "open_dataset",
     "plan_delete",
+    "plan_distributed_compaction",
     "plan_update",
     "plan_write",
     "write_dataset",

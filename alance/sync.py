@@ -26,6 +26,7 @@ from alance._proto import table_pb2
 from alance.commit.registry import HandlerSpec
 from alance.dataset import dataset as _async
 from alance.dataset import distributed as _distributed
+from alance.dataset import distributed_compaction as _distributed_compaction
 from alance.dataset import distributed_dml as _distributed_dml
 from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
 from alance.dataset.cleanup import CleanupStats
@@ -478,6 +479,41 @@ def plan_update(uri: str | os.PathLike[str], updates: Mapping[str, Any],
                                                                     **kwargs)))
 
 
-__all__ = ["ChangeFeed", "DistributedDelete", "DistributedUpdate", "DistributedWrite",
+class DistributedCompaction:
+    """Blocking twin of :class:`alance.DistributedCompaction` (picklable)."""
+
+    def __init__(self, plan: _distributed_compaction.DistributedCompaction) -> None:
+        self._async = plan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DistributedCompaction, (self._async,))
+
+    def tasks(self) -> list[int]:
+        """Task indexes, one per group of fragments to rewrite."""
+        return self._async.tasks()
+
+    def run(self, index: int) -> _distributed_compaction.CompactionPart:
+        """Rewrite one group (uncommitted)."""
+        return _loop.run(self._async.run(index))
+
+    def commit(self, parts: Iterable[_distributed_compaction.CompactionPart | None],
+               **kwargs: Any) -> LanceDataset:
+        """Commit every group's rewrite as one Rewrite."""
+        return LanceDataset(_loop.run(self._async.commit(parts, **kwargs)))
+
+    def abort(self, parts: Iterable[_distributed_compaction.CompactionPart | None]) -> None:
+        """Delete what the tasks wrote."""
+        _loop.run(self._async.abort(parts))
+
+
+def plan_distributed_compaction(uri: str | os.PathLike[str], options: Any = None,
+                                **kwargs: Any) -> DistributedCompaction:
+    """Blocking :func:`alance.plan_distributed_compaction`."""
+    return DistributedCompaction(_loop.run(
+        _distributed_compaction.plan_distributed_compaction(uri, options, **kwargs)))
+
+
+__all__ = ["ChangeFeed", "DistributedCompaction", "DistributedDelete", "DistributedUpdate",
+           "DistributedWrite",
            "LanceDataset", "MergeInsertBuilder", "Scanner", "Tags", "open_dataset", "plan_delete",
-           "plan_update", "plan_write", "write_dataset"]
+           "plan_distributed_compaction", "plan_update", "plan_write", "write_dataset"]

@@ -340,3 +340,34 @@ async def test_distributed_update_one_commit(local_uri: str) -> None:
     assert data_files(local_uri) == before
     with pytest.raises(InvalidInputError):
         await plan_update(local_uri, {"nope": 1})
+
+
+async def test_distributed_compaction_one_rewrite(local_uri: str) -> None:
+    from alance.dataset.compaction_plan import CompactionOptions
+    from alance.dataset.distributed_compaction import plan_distributed_compaction
+
+    for i in range(6):
+        await alance.write_dataset(rows(100 * i, 100), local_uri,
+                                   mode="create" if i == 0 else "append")
+    expected = (await (await alance.open_dataset(local_uri)).to_table()).sort_by("id")
+    plan = await plan_distributed_compaction(
+        local_uri, CompactionOptions(target_rows_per_fragment=250))
+    plan = pickle.loads(pickle.dumps(plan))
+    assert plan.tasks()
+    parts = [pickle.loads(pickle.dumps(await plan.run(i))) for i in plan.tasks()]
+    with pytest.raises(InvalidInputError, match="missing"):
+        await plan.commit(parts[:-1])
+    ds = await plan.commit(parts)
+    assert ds.version == 8  # reserve fragment ids, then one rewrite
+    assert len(ds.get_fragments()) < 6
+    assert (await ds.to_table()).sort_by("id").equals(expected)
+    assert lance.dataset(local_uri).to_table().sort_by("id").equals(expected)
+    # abort deletes the new files
+    for i in range(2):
+        await alance.write_dataset(rows(1000 + 10 * i, 10), local_uri, mode="append")
+    before = data_files(local_uri)
+    plan = await plan_distributed_compaction(local_uri)
+    parts = [await plan.run(i) for i in plan.tasks()]
+    assert len(data_files(local_uri)) > len(before)
+    await plan.abort(parts)
+    assert data_files(local_uri) == before

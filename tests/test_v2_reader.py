@@ -11,6 +11,7 @@ import random
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -22,7 +23,7 @@ from alance.errors import AlanceError, CorruptFileError, UnsupportedFeatureError
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.schema import LanceSchema
 from alance.format.v2.container import open_file, parse_footer
-from alance.format.v2.kernels import decompress, fsst_decode, unpack_fastlanes
+from alance.format.v2.kernels import decompress, fastlanes_at, fsst_decode, unpack_fastlanes
 from alance.format.v2.reader import V2FileReader
 
 
@@ -105,11 +106,11 @@ def _write(path: Path, table: pa.Table, version: str | None = None,
                          schema=pa.schema([f.with_metadata(meta) for f in table.schema]))
     if version is not None:
         kw["data_storage_version"] = version
-    lance.write_dataset(table, str(path), mode="overwrite", **kw)
+    lance.write_dataset(table, str(path), mode="overwrite", **kw)  # type: ignore[arg-type]
     return str(path)
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "v22": dict(n=3000),
     "v21": dict(n=3000, version="2.1"),
     "v20": dict(n=3000, version="2.0"),
@@ -126,12 +127,11 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("v2_reader")
     out = {}
     for name, case in CASES.items():
-        n = int(case["n"])  # type: ignore[call-overload]
+        n = int(case["n"])
         table = _table(n)
         if case.get("version") == "2.0":
             table = table.drop(["st"])  # 2.0 cannot store null structs
-        out[name] = _write(root / name, table, case.get("version"),  # type: ignore[arg-type]
-                           case.get("meta"))  # type: ignore[arg-type]
+        out[name] = _write(root / name, table, case.get("version"), case.get("meta"))
     return out
 
 
@@ -281,7 +281,7 @@ def test_take_reads_only_needed_chunks(tmp_path: Path) -> None:
     data = path.read_bytes()
     file = run_plan(open_file(len(data)), fetch_from(data))
     reader = V2FileReader(file, LanceSchema.from_arrow(table.schema))
-    read = []
+    read: list[int] = []
 
     def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
         read.extend(e - s for s, e in ranges)
@@ -319,6 +319,18 @@ def test_unpack_fastlanes(t: int, w: int) -> None:
         rng.integers(0, 1 << 63, 1024, dtype=np.uint64)
     packed = _fastlanes_pack(vals, t, w).reshape(1, -1)
     assert np.array_equal(unpack_fastlanes(packed, t, w)[0], vals.astype(f"<u{t // 8}"))
+
+
+@pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 1), (16, 16), (32, 17), (64, 10), (64, 63)])
+def test_fastlanes_single_values_match_block_unpacking(t: int, w: int) -> None:
+    rng = np.random.default_rng(t + w)
+    k = 3
+    words = rng.integers(0, 2**63, (k, w * 1024 // t), dtype=np.uint64).astype(f"<u{t // 8}")
+    full = unpack_fastlanes(words, t, w)
+    block, pos = rng.integers(0, k, 400), rng.integers(0, 1024, 400)
+    starts = block * (w * 1024 // t) * (t // 8)
+    got = fastlanes_at(words.reshape(-1).view(np.uint8), starts, pos, t, w)
+    assert np.array_equal(got, full[block, pos])
 
 
 def test_fsst_decode_escapes() -> None:
@@ -409,3 +421,24 @@ def test_fuzz_corrupt_dataset_file_gives_typed_error(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError):
         al.open_dataset(uri).to_table()
+
+
+@pytest.mark.parametrize("version", ["2.2", "2.1", "2.0"])
+def test_fuzz_structured_mutations(tmp_path: Path, version: str) -> None:
+    """The mutations of ``benchmarks/fuzz_v2.py`` (corrupt footer / offset-table / metadata
+    numbers, zeroed or swapped ranges, truncations, ...) on a small budget: each case gives
+    data or a typed AlanceError. The script runs thousands of cases with per-case timeouts."""
+    from benchmarks.fuzz_v2 import mutate, read_all, write_files
+
+    files = write_files(300, [version], tmp_path)
+    data, schema = files[version]
+    read_all(data, schema)
+    seen, typed = set(), 0
+    for seed in range(FUZZ_CASES):
+        mutated, kind = mutate(data, random.Random(seed))
+        seen.add(kind)
+        try:
+            read_all(mutated, schema)
+        except AlanceError:
+            typed += 1
+    assert len(seen) >= 6 and typed > 0  # the budget covers most kinds of mutation

@@ -76,6 +76,12 @@ async def committed_transaction(store: DatasetStore, handler: CommitHandler, ver
         snap = await load_snapshot(store, handler, version)
     except (NotFoundError, CorruptFileError):
         return None
+    return await transaction_of(store, snap)
+
+
+async def transaction_of(store: DatasetStore, snap: Snapshot) -> Transaction | None:
+    """The transaction that created the loaded version ``snap`` (inline in its manifest or in
+    its transaction file), or ``None`` if it cannot be read."""
     if snap.manifest_file.transaction is not None:
         return snap.manifest_file.transaction
     name = snap.manifest.transaction_file
@@ -85,6 +91,27 @@ async def committed_transaction(store: DatasetStore, handler: CommitHandler, ver
         return decode_transaction_file(await store.get(f"{TRANSACTIONS_DIR}/{name}"))
     except (NotFoundError, CorruptFileError):
         return None
+
+
+#: Intervening versions whose transactions are read at once while rebasing.
+REBASE_READ_CONCURRENCY = 8
+
+
+async def transactions_since(store: DatasetStore, handler: CommitHandler, checked: int,
+                             latest: Snapshot) -> list[tuple[int, Transaction | None]]:
+    """The transactions of versions ``checked + 1 .. latest.version``, oldest first, read
+    concurrently (a bounded number at a time); ``latest`` itself is not read again."""
+    limit = asyncio.Semaphore(REBASE_READ_CONCURRENCY)
+
+    async def one(version: int) -> Transaction | None:
+        if version == latest.version:
+            return await transaction_of(store, latest)
+        async with limit:
+            return await committed_transaction(store, handler, version)
+
+    versions = range(checked + 1, latest.version + 1)
+    found = await asyncio.gather(*(one(v) for v in versions))
+    return list(zip(versions, found, strict=True))
 
 
 def backoff_delay(attempt: int) -> float:
@@ -222,10 +249,11 @@ class _CommitLoop:
                 await asyncio.sleep(backoff_delay(attempt))
                 continue  # the version is still free: try the same commit again
             except CommitConflictError:
-                outcome = await self._outcome(mf.manifest.version, txn, None)
-                if outcome is not None:  # our own earlier attempt landed after all
-                    await _write_hint(self.store, outcome.version)
-                    return outcome
+                if must_create or attempt == max_retries:
+                    outcome = await self._outcome(mf.manifest.version, txn, None)
+                    if outcome is not None:  # our own earlier attempt landed after all
+                        await _write_hint(self.store, outcome.version)
+                        return outcome
                 if must_create:
                     raise AlreadyExistsError(
                         f"a dataset already exists at {self.store.uri}") from None
@@ -236,8 +264,15 @@ class _CommitLoop:
                 await asyncio.sleep(backoff_delay(attempt))
                 latest = await load_snapshot(self.store, self.handler)
                 others: list[tuple[int, Transaction]] = []
-                for version in range(checked + 1, latest.version + 1):
-                    other = await committed_transaction(self.store, self.handler, version)
+                for version, other in await transactions_since(self.store, self.handler,
+                                                               checked, latest):
+                    if other is not None and other.uuid == txn.uuid:
+                        # An earlier attempt of ours landed after all (e.g. a lost response
+                        # that the store client retried into a conflict).
+                        mine = latest if version == latest.version else await load_snapshot(
+                            self.store, self.handler, version)
+                        await _write_hint(self.store, version)
+                        return mine
                     state.check(other, version)
                     if other is not None:
                         others.append((version, other))

@@ -49,6 +49,7 @@ from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import (
     WriteParams,
     delete_fragment_files,
+    file_version_of,
     removed_on_failure,
     storage_version_for,
     write_fragments,
@@ -392,17 +393,16 @@ async def plan_write(uri: str | os.PathLike[str], schema: pa.Schema,
         if mode == "create":
             raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use "
                                      "mode='append' or mode='overwrite'")
-    plan = await _planned(store, base, text_uri, mode, schema, options, params,
-                          commit_handler, data_storage_version)
+    plan = _planned(base, text_uri, mode, schema, options, params, commit_handler,
+                    data_storage_version)
+    file_version_of(plan.data_storage_version)  # refuse what alance cannot write, now
     await store.put(f"{plan.staging_dir}/{OPEN_MARKER}", b"")
     return plan
 
 
-async def _planned(store: DatasetStore, base: Snapshot | None, uri: str, mode: str,
-                   schema: pa.Schema, options: dict[str, Any], params: WriteParams,
-                   commit_handler: str | None, data_storage_version: str | None,
-                   ) -> DistributedWrite:
-    text_uri = uri
+def _planned(base: Snapshot | None, text_uri: str, mode: str, schema: pa.Schema,
+             options: dict[str, Any], params: WriteParams, commit_handler: str | None,
+             data_storage_version: str | None) -> DistributedWrite:
     if base is not None and mode == "append":
         if any(f.dictionary is not None for f in base.schema.walk()):
             raise UnsupportedFeatureError("appending from many tasks to a dataset with "

@@ -53,6 +53,8 @@ OWN_OPTIONS = frozenset({"path", "version", "columns", "pushdown", "rows_per_par
                          "batch_size", "max_rows_per_file", "max_rows_per_group", "commit_handler",
                          "data_storage_version"})
 DEFAULT_ROWS_PER_PARTITION = 1024 * 1024
+#: Rows per Arrow batch handed to Spark: large batches keep per-batch costs small.
+DEFAULT_BATCH_SIZE = 64 * 1024
 
 
 def _int_option(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
@@ -135,7 +137,7 @@ class AlanceDataSource(DataSource):
         cls = FilteringReader if pushdown == "true" else AlanceReader
         rows = _int_option(self.options, "rows_per_partition", DEFAULT_ROWS_PER_PARTITION)
         return cls(ds, schema, rows or DEFAULT_ROWS_PER_PARTITION,
-                   _int_option(self.options, "batch_size", None))
+                   _int_option(self.options, "batch_size", DEFAULT_BATCH_SIZE))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Plans the write (reads the latest version) and returns the task-side writer."""

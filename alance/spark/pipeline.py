@@ -7,6 +7,8 @@
 * :func:`delete_where` / :func:`update_where`: a distributed DELETE / UPDATE; each task
   rewrites the deletion vectors of its fragments (and, for an update, writes the new rows),
   the driver commits once.
+* :func:`compact`: a distributed compaction; one task per group of small fragments, one
+  Rewrite commit.
 """
 
 from __future__ import annotations
@@ -92,4 +94,24 @@ def update_where(spark: Any, uri: str | os.PathLike[str], updates: Mapping[str, 
     # A failed task removes what it wrote; if the job fails, the deletion files of tasks that
     # finished stay behind unreferenced (never part of any version).
     parts = spark.sparkContext.parallelize(groups, len(groups)).map(plan.run).collect()
+    return plan.commit(parts)
+
+
+def compact(spark: Any, uri: str | os.PathLike[str], *,
+            storage_options: Mapping[str, Any] | None = None,
+            **options: Any) -> sync.LanceDataset | None:
+    """Compact the dataset with one Spark task per group of fragments and one commit.
+
+    ``options``: :class:`alance.dataset.compaction_plan.CompactionOptions` fields
+    (``target_rows_per_fragment``, ``materialize_deletions``, ...). Returns the new version,
+    or ``None`` when there was nothing to compact.
+    """
+    from alance.dataset.compaction_plan import CompactionOptions
+
+    plan = sync.plan_distributed_compaction(uri, CompactionOptions(**options),
+                                            storage_options=storage_options)
+    tasks = plan.tasks()
+    if not tasks:
+        return None
+    parts = spark.sparkContext.parallelize(tasks, len(tasks)).map(plan.run).collect()
     return plan.commit(parts)

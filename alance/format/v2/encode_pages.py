@@ -1,17 +1,19 @@
-"""Page layouts of 2.1+ files, written: mini-block, full-zip and constant (all null).
+"""Page layouts of 2.1+ files, written: mini-block, full-zip and constant.
 
 :func:`encode_page` picks a layout for one page of one leaf column (a :class:`Shredded`) and
 returns its buffers and its ``PageLayout`` message:
 
 * **mini-block** for small values (under 256 bytes each, as upstream decides): values cut
   into chunks of a power-of-two number of values (at most 4096, the last chunk excepted) and
-  at most 32 KiB each, levels stored beside them in the chunk;
+  at most 32 KiB each, levels stored beside them in the chunk; values and levels compressed as
+  :mod:`.encode_compress` chooses (bit-packing, RLE, dictionary, zstd);
 * **full-zip** for large values, or when a chunk cannot be kept under 32 KiB (a long run of
   empty lists): levels and values of every item zipped into one buffer, plus an index of
   where each row starts;
-* **constant** when no item carries a value (all null, or only null / empty lists).
+* **constant** when no item carries a value (all null, or only null / empty lists), and
+  (2.2) when every row holds one same fixed-width value.
 
-Nothing is compressed. Pure: arrays in, bytes out.
+Pure: arrays in, bytes out.
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import UnsupportedFeatureError
+from alance.format.v2.encode_compress import (
+    MIN_COMPRESS_BYTES,
+    CodedChunks,
+    bitpack,
+    bitpackable,
+    general,
+    maybe_dictionary,
+    pack_levels,
+    rle,
+    zstd_chunks,
+)
 from alance.format.v2.encode_fullzip import encode_fullzip
 from alance.format.v2.encode_levels import Shredded
 from alance.format.v2.encode_values import (
@@ -43,6 +56,8 @@ MAX_CHUNK_VALUES = 4096
 #: Values at least this large go to full-zip pages.
 FULLZIP_MIN_VALUE = 256
 _TARGET_CHUNK_BYTES = 4 * 1024  # small chunks keep random access cheap, as upstream
+#: Variable-width chunks that get compressed are larger (compression works better).
+_COMPRESSED_CHUNK_BYTES = 24 * 1024
 _ZEROS = np.zeros(ALIGN, dtype=np.uint8)
 #: Times a page that cannot be stored mini-block is halved before it goes full-zip.
 _MAX_SPLITS = 6
@@ -64,7 +79,10 @@ def encode_pages(sh: Shredded, *, large_chunks: bool, depth: int = 0) -> list[En
     zippable = _zippable(vd)
     if zippable and vd.max_size >= FULLZIP_MIN_VALUE:
         return [encode_fullzip(sh, vd)]
-    page = _miniblock(sh, vd, large_chunks)
+    if large_chunks and _all_equal(sh, vd):
+        return [_constant(sh, bytes(vd.data[0]))]
+    page = _miniblock(sh, maybe_dictionary(sh.values, vd) if vd.kind == VARIABLE else vd,
+                      large_chunks)
     if page is not None:
         return [page]
     if zippable and (depth >= _MAX_SPLITS or sh.num_rows < 2):
@@ -107,8 +125,19 @@ def _simple_all_null(sh: Shredded) -> bool:
 
 
 # -- constant ---------------------------------------------------------------------------------
-def _constant(sh: Shredded) -> EncodedPage:
+def _all_equal(sh: Shredded, vd: ValueData) -> bool:
+    """Whether every row holds one same (valid, fixed-width) value: a constant page (2.2)."""
+    if (sh.rep is not None or sh.defs is not None or len(sh.layers) != 1
+            or not bitpackable(vd) or vd.dictionary is not None):
+        return False
+    vals = np.ascontiguousarray(vd.data).view(f"<u{vd.width}").reshape(-1)
+    return bool((vals == vals[0]).all())
+
+
+def _constant(sh: Shredded, value: bytes | None = None) -> EncodedPage:
     layout = pb.ConstantLayout(layers=sh.layers)
+    if value is not None:
+        layout.inline_value = value
     buffers: list[Buffer] = []
     if not (sh.rep is None and len(sh.layers) == 1):
         rep = b"" if sh.rep is None else sh.rep.astype("<u2").tobytes()
@@ -161,13 +190,14 @@ def _item_bounds(starts: np.ndarray, value_item: np.ndarray | None, n_items: int
 
 
 def _plan_chunks(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels: int,
-                 word: int) -> np.ndarray | None:
-    """First value of every chunk, or None if some value cannot fit a chunk."""
+                 word: int, target: int = _TARGET_CHUNK_BYTES) -> np.ndarray | None:
+    """First value of every chunk (of about ``target`` bytes), or None if some value cannot
+    fit a chunk."""
     n = vd.n
     est_total = int(sum(int(s.sum()) for s in _value_buffer_sizes(
         vd, np.array([0]), np.array([n])))) + 2 * n_levels * sh.num_items
     per_value = max(est_total / max(n, 1), 1 / 8)
-    k = int(min(MAX_CHUNK_VALUES, max(2, _TARGET_CHUNK_BYTES // per_value)))
+    k = int(min(MAX_CHUNK_VALUES, max(2, target // per_value)))
     k = 1 << (k.bit_length() - 1)
     starts = np.arange(0, n, k, dtype=np.int64)
     while True:
@@ -192,28 +222,46 @@ def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
     n_levels = int(sh.rep is not None) + int(sh.defs is not None)
     word = 4 if large else 2
     value_item = None if sh.visible is None else np.flatnonzero(sh.visible)
-    starts = _plan_chunks(sh, vd, value_item, n_levels, word)
-    if starts is None:
-        return None
+    coded = _coded(sh, vd, value_item, n_levels, word)
+    if coded is not None:
+        starts = coded.starts
+    else:
+        planned = _plan_chunks(sh, vd, value_item, n_levels, word)
+        if planned is None:
+            return None
+        starts = planned
     n = vd.n
     v1 = np.append(starts[1:], n)
     i0, i1 = _item_bounds(starts, value_item, sh.num_items)
-    sizes, bufs = _chunk_sizes(vd, starts, v1, i0, i1, n_levels, word)
-    rep = None if sh.rep is None else sh.rep.astype("<u2")
-    defs = None if sh.defs is None else sh.defs.astype("<u2")
+    if coded is not None:
+        sizes, bufs = _coded_sizes(coded, i0, i1, n_levels, word), coded.sizes
+    else:
+        sizes, bufs = _chunk_sizes(vd, starts, v1, i0, i1, n_levels, word)
+    rep = None if sh.rep is None else _levels(sh.rep, i0, i1)
+    defs = None if sh.defs is None else _levels(sh.defs, i0, i1)
+    level_sizes = [lv[2] for lv in (rep, defs) if lv is not None]
+    if level_sizes:  # the planned sizes assumed plain u16 levels
+        sizes = sizes - n_levels * _pad(2 * (i1 - i0))
+        for ls in level_sizes:
+            sizes = sizes + _pad(ls)
     heads = _chunk_headers(i1 - i0 if n_levels else np.zeros(len(starts), np.int64),
-                           rep is not None, defs is not None, i1 - i0, bufs, word)
+                           level_sizes, bufs, word)
     pieces: list[np.ndarray] = []
     raw_values = _raw_values(vd)
+    coded_at = None if coded is None else [o.tolist() for o in coded.offsets]
     for c in range(len(starts)):
         a, b = int(starts[c]), int(v1[c])
-        ia, ib = int(i0[c]), int(i1[c])
         parts = [heads[c]]
         if rep is not None:
-            parts.append(rep[ia:ib].view(np.uint8))
+            parts.append(rep[1][c])
         if defs is not None:
-            parts.append(defs[ia:ib].view(np.uint8))
-        parts.extend(_chunk_values(vd, raw_values, a, b))
+            parts.append(defs[1][c])
+        if coded_at is not None:
+            assert coded is not None
+            parts.extend(data[at[c]: at[c + 1]]
+                         for data, at in zip(coded.datas, coded_at, strict=True))
+        else:
+            parts.extend(_chunk_values(vd, raw_values, a, b))
         for p in parts:
             pieces.append(p)
             if len(p) % ALIGN:
@@ -226,11 +274,11 @@ def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
     meta_buf = meta.astype("<u4" if large else "<u2").tobytes()
     layout = pb.MiniBlockLayout(
         layers=sh.layers, num_buffers=len(bufs), num_items=n, has_large_chunk=large,
-        value_compression=value_encoding(vd))
+        value_compression=value_encoding(vd) if coded is None else coded.encoding)
     if rep is not None:
-        layout.rep_compression.CopyFrom(flat(16))
+        layout.rep_compression.CopyFrom(rep[0])
     if defs is not None:
-        layout.def_compression.CopyFrom(flat(16))
+        layout.def_compression.CopyFrom(defs[0])
     buffers: list[Buffer] = [meta_buf, chunks]
     if vd.dictionary is not None:
         enc, dict_buf = dictionary_block(vd.dictionary)
@@ -243,14 +291,63 @@ def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
     return EncodedPage(buffers, pb.PageLayout(mini_block_layout=layout), sh.num_rows)
 
 
-def _chunk_headers(num_levels: np.ndarray, has_rep: bool, has_def: bool, items: np.ndarray,
+def _coded_sizes(coded: CodedChunks, i0: np.ndarray, i1: np.ndarray, n_levels: int,
+                 word: int) -> np.ndarray:
+    """Padded size of every chunk holding one coded value buffer."""
+    header = _pad(2 + 2 * n_levels + word * len(coded.datas))
+    total = header + n_levels * _pad(2 * (i1 - i0))
+    for size in coded.sizes:
+        total = total + _pad(size)
+    return np.asarray(total, dtype=np.int64)
+
+
+def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels: int,
+           word: int) -> CodedChunks | None:
+    """The values compressed (bit-packed, or zstd on variable-width chunks) when that saves
+    space and every chunk still fits its limits; None to store them uncompressed."""
+    coded: CodedChunks | None = None
+    if bitpackable(vd):
+        coded = rle(vd.data, vd.width) or bitpack(vd.data, vd.width)
+    elif vd.kind == VARIABLE and len(vd.data) + vd.offset_bytes * vd.n >= MIN_COMPRESS_BYTES:
+        starts = _plan_chunks(sh, vd, value_item, n_levels, word, _COMPRESSED_CHUNK_BYTES)
+        if starts is None:
+            return None
+        v1 = np.append(starts[1:], vd.n)
+        raw = _raw_values(vd)
+        pieces = [np.concatenate(_chunk_values(vd, raw, a, b))
+                  for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
+        offsets = np.concatenate(([0], np.cumsum([len(p) for p in pieces]))).astype(np.int64)
+        packed = zstd_chunks(np.concatenate(pieces), offsets)
+        if packed is not None:
+            coded = CodedChunks(starts, [packed[0]], [packed[1]], general(value_encoding(vd)))
+    if coded is None:
+        return None
+    i0, i1 = _item_bounds(coded.starts, value_item, sh.num_items)
+    sizes = _coded_sizes(coded, i0, i1, n_levels, word)
+    if ((sizes > MAX_CHUNK_BYTES) | (i1 - i0 > 0xFFFF)).any() or (
+            n_levels and (2 * (i1 - i0) > 0xFFFF).any()):
+        return None
+    return coded
+
+
+def _levels(levels: np.ndarray, i0: np.ndarray, i1: np.ndarray,
+            ) -> tuple[pb.CompressiveEncoding, list[np.ndarray], np.ndarray]:
+    """Levels of every chunk: their encoding, bytes per chunk and sizes (bit-packed when the
+    page has more than 1024, else plain u16)."""
+    packed = pack_levels(levels, i0, i1)
+    if packed is not None:
+        enc, parts = packed
+    else:
+        plain = levels.astype("<u2").view(np.uint8)
+        enc = flat(16)
+        parts = [plain[2 * a: 2 * b] for a, b in zip(i0.tolist(), i1.tolist(), strict=True)]
+    return enc, parts, np.array([len(p) for p in parts], dtype=np.int64)
+
+
+def _chunk_headers(num_levels: np.ndarray, level_sizes: list[np.ndarray],
                    bufs: list[np.ndarray], word: int) -> list[np.ndarray]:
     """Per chunk: u16 level count, u16 rep / def sizes, value buffer sizes (u16 or u32)."""
-    small = [num_levels]
-    if has_rep:
-        small.append(2 * items)
-    if has_def:
-        small.append(2 * items)
+    small = [num_levels, *level_sizes]
     head_small = np.stack(small, axis=1).astype("<u2").view(np.uint8)
     head_big = np.stack(bufs, axis=1).astype("<u4" if word == 4 else "<u2").view(np.uint8)
     heads = np.concatenate([head_small, head_big], axis=1)

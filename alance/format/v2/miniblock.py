@@ -20,6 +20,7 @@ import numpy as np
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError
 from alance.format.v2.blocks import Block, Fixed
+from alance.format.v2.chunk_levels import chunk_levels
 from alance.format.v2.compressive import ChunkBufs, block_values, miniblock_values
 from alance.format.v2.kernels import gather_ranges, range_indices
 from alance.format.v2.leaf import LeafData
@@ -175,10 +176,10 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     rep = defs = None
     k = 0
     if has_rep:
-        rep = _levels(layout.rep_compression, data, buf_starts[k], sizes_list[k], num_levels)
+        rep = chunk_levels(layout.rep_compression, data, buf_starts[k], sizes_list[k], num_levels)
         k += 1
     if has_def:
-        defs = _levels(layout.def_compression, data, buf_starts[k], sizes_list[k], num_levels)
+        defs = chunk_levels(layout.def_compression, data, buf_starts[k], sizes_list[k], num_levels)
         k += 1
     value_bufs = [ChunkBufs(data, buf_starts[k + j], sizes_list[k + j]) for j in range(nbuf)]
     pick = None
@@ -235,17 +236,6 @@ def _dict_lookup(state: MiniBlockState, values: Block) -> Block:
     return state.dictionary.take(idx)
 
 
-def _levels(enc: pb.CompressiveEncoding, data: np.ndarray, starts: np.ndarray,
-            sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    parts = []
-    for s, sz, n in zip(starts.tolist(), sizes.tolist(), counts.tolist(), strict=True):
-        block = block_values(enc, data[s: s + sz], n)  # one call per chunk
-        if not isinstance(block, Fixed) or block.bits > 16 or len(block) != n:
-            raise CorruptFileError("repetition/definition levels are malformed")
-        parts.append(block.values)
-    return (np.concatenate(parts) if parts else np.zeros(0)).astype(np.uint16)
-
-
 def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.ndarray | None,
                 values: Block, row: np.ndarray | None, wanted: np.ndarray | None,
                 lo: int, hi: int) -> LeafData:
@@ -296,25 +286,38 @@ def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.nda
     return LeafData(layers, values)
 
 
-def chunk_ranges(state: MiniBlockState, chunks: np.ndarray) -> list[tuple[int, int]]:
-    """Byte ranges covering the chunks (consecutive chunks merged)."""
+def chunk_ranges(state: MiniBlockState, chunks: np.ndarray, gap: int = 0,
+                 ) -> list[tuple[int, int]]:
+    """Byte ranges covering the (sorted) chunks: neighbours merged, and also chunks at most
+    ``gap`` bytes apart (the IO layer would read those together anyway)."""
     if len(chunks) == 0:
         return []
-    brk = np.flatnonzero(np.diff(chunks) != 1) + 1
-    first = chunks[np.concatenate(([0], brk))]
-    last = chunks[np.concatenate((brk - 1, [len(chunks) - 1]))]
-    s = state.positions[first]
-    e = state.positions[last] + state.sizes[last]
+    s, e = _chunk_groups(state, chunks, gap)
     return list(zip(s.tolist(), e.tolist(), strict=True))
 
 
+def _chunk_groups(state: MiniBlockState, chunks: np.ndarray, gap: int,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    pos = state.positions[chunks]
+    end = pos + state.sizes[chunks]
+    brk = np.flatnonzero(pos[1:] - end[:-1] > gap) + 1
+    first = np.concatenate(([0], brk))
+    last = np.concatenate((brk - 1, [len(chunks) - 1]))
+    return pos[first], end[last]
+
+
 def chunk_starts_in(ranges_data: list[np.ndarray], state: MiniBlockState, chunks: np.ndarray,
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate fetched ranges and locate each chunk inside the result."""
+                    gap: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the ranges fetched for :func:`chunk_ranges` (same ``gap``) and locate each
+    chunk inside the result."""
     data = np.concatenate(ranges_data) if len(ranges_data) != 1 else ranges_data[0]
-    sizes = state.sizes[chunks]
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    return data, starts
+    if len(chunks) == 0:
+        return data, np.zeros(0, np.int64)
+    g_start, g_end = _chunk_groups(state, chunks, gap)
+    base = np.concatenate(([0], np.cumsum(g_end - g_start)[:-1]))
+    pos = state.positions[chunks]
+    group = np.searchsorted(g_start, pos, side="right") - 1
+    return data, (pos - g_start[group] + base[group]).astype(np.int64)
 
 
 __all__ = ["MiniBlockState", "build_state", "chunk_ranges", "chunk_starts_in",

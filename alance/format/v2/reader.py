@@ -96,9 +96,10 @@ def _read_miniblock(file: V2File, key: tuple[int, int], page: PageInfo,
         data = np.frombuffer(prefetched, dtype=np.uint8)
         starts = state.positions[chunks] - page.buffers[1][0]
     else:
-        ranges = miniblock.chunk_ranges(state, chunks)
+        ranges = miniblock.chunk_ranges(state, chunks, DEFAULT_COALESCE_GAP)
         got = yield ranges
-        data, starts = miniblock.chunk_starts_in(_bytes(got), state, chunks)
+        data, starts = miniblock.chunk_starts_in(_bytes(got), state, chunks,
+                                                 DEFAULT_COALESCE_GAP)
     rep, defs, values, row = miniblock.decode_chunks(layout, state, chunks, data, starts, wide,
                                                      rows.wanted)
     return miniblock.select_rows(layout, rep, defs, values, row, rows.wanted, rows.lo,

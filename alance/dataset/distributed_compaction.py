@@ -1,0 +1,131 @@
+"""Distributed compaction: the tasks of a compaction plan run as engine tasks, one commit.
+
+The driver plans the compaction on one version (:func:`plan_distributed_compaction`, the same
+plan as :meth:`alance.LanceDataset.compact_files`); each task rewrites its group of fragments
+into new fragments (:meth:`DistributedCompaction.run`); the driver reserves fragment ids and
+commits ONE Rewrite transaction for all groups (:meth:`DistributedCompaction.commit`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from alance._proto import table_pb2
+from alance.commit.registry import commit_handler_for
+from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.compaction import _external_files, _reserve_ids, rewrite_task
+from alance.dataset.compaction_plan import CompactionOptions, CompactionTask, plan_compaction
+from alance.dataset.dataset import LanceDataset
+from alance.dataset.dml import check_writable
+from alance.dataset.read import ReadContext
+from alance.dataset.snapshot import Snapshot, load_snapshot
+from alance.dataset.write import delete_fragment_files, removed_on_failure
+from alance.errors import AlanceError, InvalidInputError
+from alance.io.uri import open_store
+from alance.transaction.operations import new_rewrite
+
+
+@dataclass(frozen=True)
+class CompactionPart:
+    """One task's result: which planned group it rewrote and the new fragments (no ids)."""
+
+    index: int
+    fragments: tuple[bytes, ...] = ()
+
+    def fragment_protos(self) -> list[table_pb2.DataFragment]:
+        """The new fragments as protobuf messages."""
+        return [table_pb2.DataFragment.FromString(b) for b in self.fragments]
+
+
+@dataclass(frozen=True)
+class DistributedCompaction:
+    """A compaction planned on one version; picklable (the manifest travels with it)."""
+
+    uri: str
+    snapshot: Snapshot
+    groups: tuple[tuple[int, ...], ...]
+    options: CompactionOptions = field(default_factory=CompactionOptions)
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    commit_handler: str | None = None
+
+    def tasks(self) -> list[int]:
+        """The task indexes to run (one per group of fragments; empty: nothing to compact)."""
+        return list(range(len(self.groups)))
+
+    def _group(self, index: int) -> list[table_pb2.DataFragment]:
+        if not 0 <= index < len(self.groups):
+            raise InvalidInputError(f"no compaction task {index} (there are "
+                                    f"{len(self.groups)})")
+        by_id = {int(f.id): f for f in self.snapshot.fragments}
+        return [by_id[i] for i in self.groups[index]]
+
+    async def run(self, index: int) -> CompactionPart:
+        """Rewrite group ``index`` into new fragments (nothing committed; removed on error)."""
+        group = self._group(index)
+        ctx = ReadContext(open_store(self.uri, self.storage_options), self.snapshot)
+        new = await rewrite_task(ctx, CompactionTask(group), self.options)
+        return CompactionPart(index, tuple(f.SerializeToString() for f in new))
+
+    async def commit(self, parts: Iterable[CompactionPart | None], *,
+                     max_retries: int = DEFAULT_MAX_RETRIES) -> LanceDataset:
+        """Reserve fragment ids and commit every group's rewrite as ONE Rewrite."""
+        by_index: dict[int, CompactionPart] = {}
+        for p in parts:
+            if p is None:
+                continue
+            if p.index in by_index:
+                raise InvalidInputError(f"compaction task {p.index} handed in twice")
+            by_index[p.index] = p
+        if sorted(by_index) != self.tasks():
+            raise InvalidInputError(f"compaction tasks {sorted(set(self.tasks()) - set(by_index))}"
+                                    " are missing; commit needs every task's result")
+        store = open_store(self.uri, self.storage_options)
+        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
+        new = {i: p.fragment_protos() for i, p in by_index.items()}
+        written = [f for i in self.tasks() for f in new[i]]
+        async with removed_on_failure(store, written, _external_files(written)):
+            ids = iter(await _reserve_ids(store, handler, self.snapshot, len(written),
+                                          max_retries) if written else [])
+            groups = []
+            for i in self.tasks():
+                for frag in new[i]:
+                    frag.id = next(ids)
+                groups.append((self._group(i), new[i]))
+            snap = await commit_transaction(
+                store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
+                data_storage_version=self.snapshot.data_storage_version,
+                max_retries=max_retries)
+        return LanceDataset(store, handler, snap)
+
+    async def abort(self, parts: Iterable[CompactionPart | None]) -> None:
+        """Delete the files of uncommitted task results (best effort)."""
+        store = open_store(self.uri, self.storage_options)
+        for p in parts:
+            if p is None:
+                continue
+            frags = p.fragment_protos()
+            with contextlib.suppress(AlanceError):
+                await _external_files(frags).remove_all(store)
+                await delete_fragment_files(store, frags)
+
+
+async def plan_distributed_compaction(uri: str | os.PathLike[str],
+                                      options: CompactionOptions | None = None, *,
+                                      storage_options: Mapping[str, Any] | None = None,
+                                      commit_handler: str | None = None,
+                                      ) -> DistributedCompaction:
+    """Plan a compaction of the latest version (which fragments are rewritten together)."""
+    text_uri = os.fspath(uri)
+    opts = dict(storage_options or {})
+    store = open_store(text_uri, opts)
+    handler = commit_handler_for(text_uri, opts, commit_handler)
+    snap = await load_snapshot(store, handler)
+    check_writable(snap)
+    options = options or CompactionOptions()
+    plan = await plan_compaction(store, handler, snap, options)
+    groups = tuple(tuple(int(f.id) for f in t.fragments) for t in plan.tasks)
+    return DistributedCompaction(text_uri, snap, groups, options, opts, commit_handler)
