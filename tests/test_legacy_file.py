@@ -129,6 +129,25 @@ def _reader(data: bytes, **kw: object) -> LegacyFileReader:
     return r
 
 
+def _storage_only(table: pa.Table) -> pa.Table:
+    """``table`` with extension types (also as fixed-size list items) replaced by their storage
+    types: pylance returns e.g. ``lance.bfloat16`` items only once ``lance.arrow`` registered it."""
+    columns = []
+    for col in table.columns:
+        arr = col.combine_chunks()
+        if isinstance(arr.type, pa.BaseExtensionType):
+            arr = arr.storage
+        elif (pa.types.is_fixed_size_list(arr.type)
+              and isinstance(arr.type.value_type, pa.BaseExtensionType)):
+            item = pa.field("item", arr.type.value_type.storage_type, arr.type.value_field.nullable,
+                            arr.type.value_field.metadata)
+            arr = pa.FixedSizeListArray.from_arrays(arr.values.storage,
+                                                    type=pa.list_(item, arr.type.list_size),
+                                                    mask=arr.is_null() if arr.null_count else None)
+        columns.append(arr)
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
 def _read_all(r: LegacyFileReader, data: bytes, projection: object = None) -> pa.Table:
     fetch = fetch_from(data)
     batches = [run_plan(r.read_batch(i, projection), fetch)  # type: ignore[arg-type]
@@ -200,8 +219,8 @@ def test_reads_pylance_dataset_with_manifest_ids(tmp_path: Path) -> None:
             dicts[f.id] = run_plan(read_dictionary_values(f.data_type.value_type,
                                                           *f.dictionary), fetch_from(mbytes))
     r = LegacyFileReader(lf, schema, dictionaries=dicts)
-    expected = ds.to_table()
-    assert _same(_read_all(r, data), expected)
+    expected = _storage_only(ds.to_table())
+    assert _same(_storage_only(_read_all(r, data)), expected)
     rows = [6, 0, 4, 4, 2]
     got = run_plan(r.take(rows), fetch_from(data))
     assert _same(pa.Table.from_batches([got]), expected.take(rows))

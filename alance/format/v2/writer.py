@@ -12,7 +12,10 @@ Memory stays bounded by one batch: nothing but page positions is kept between ca
 from __future__ import annotations
 
 import copy
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -158,22 +161,14 @@ class V2FileWriter:
             raise SchemaMismatchError(
                 f"batch columns {names} do not match the file's {self._schema.names}")
         encoded: list[list[tuple[list[Buffer], Message, int]]] = []
-        for lf, arr in zip(self._schema.fields, arrays, strict=True):
-            per_leaf: list[list[tuple[list[Buffer], Message, int]]] | None = None
-            for lo, hi in _page_slices(arr):
-                part = arr.slice(lo, hi - lo)
-                pages: list[list[tuple[list[Buffer], Message, int]]]
-                if self._version == (2, 0):
-                    pages = [[p] for p in encode_field20(lf, part)]
-                else:
-                    pages = [[(p.buffers, p.layout, p.num_rows) for p in
-                              encode_pages(s, large_chunks=self._version >= (2, 2))]
-                             for s in shred(lf, part)]
-                if per_leaf is None:
-                    per_leaf = [[] for _ in pages]
-                for i, column_pages in enumerate(pages):
-                    per_leaf[i].extend(column_pages)
-            encoded.extend(per_leaf or [])
+        fields = list(zip(self._schema.fields, arrays, strict=True))
+        if len(fields) > 1 and n >= _PARALLEL_MIN_ROWS:
+            # Columns are independent; numpy and the codecs release the GIL.
+            for per_leaf in _pool().map(self._encode_field, fields):
+                encoded.extend(per_leaf)
+        else:
+            for field in fields:
+                encoded.extend(self._encode_field(field))
         # Everything encoded: lay the buffers out.
         out: list[bytes | memoryview] = []
         for col, col_pages in enumerate(encoded):
@@ -198,6 +193,26 @@ class V2FileWriter:
                 self._pages[col].append(meta)
         self._num_rows += n
         return out
+
+    def _encode_field(self, field: tuple[LanceField, pa.Array],
+                      ) -> list[list[tuple[list[Buffer], Message, int]]]:
+        """The pages of every column of one top-level field."""
+        lf, arr = field
+        per_leaf: list[list[tuple[list[Buffer], Message, int]]] | None = None
+        for lo, hi in _page_slices(arr):
+            part = arr.slice(lo, hi - lo)
+            pages: list[list[tuple[list[Buffer], Message, int]]]
+            if self._version == (2, 0):
+                pages = [[p] for p in encode_field20(lf, part)]
+            else:
+                pages = [[(p.buffers, p.layout, p.num_rows) for p in
+                          encode_pages(s, large_chunks=self._version >= (2, 2))]
+                         for s in shred(lf, part)]
+            if per_leaf is None:
+                per_leaf = [[] for _ in pages]
+            for i, column_pages in enumerate(pages):
+                per_leaf[i].extend(column_pages)
+        return per_leaf or []
 
     def finish(self) -> bytes:
         """Return the file tail; the file is complete once these bytes are appended."""
@@ -249,6 +264,22 @@ class V2FileWriter:
                         len(self._pages), *footer_version) + MAGIC)
         self._position = pos
         return b"".join(parts)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+#: Batches of at least this many rows encode their columns on a small thread pool.
+_PARALLEL_MIN_ROWS = 64 * 1024
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The writers' shared thread pool (as many threads as cores, at most 4)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                       thread_name_prefix="alance-v2-encode")
+        return _POOL
 
 
 def _any(message: Message) -> bytes:
