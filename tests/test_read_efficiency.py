@@ -96,6 +96,8 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
     store = open_store(local_uri, {"max_concurrency": 3, "coalesce_bytes": 0,
                                    "wrap_backend": Counting})
     store.split_bytes = 1000
+    assert store.ranges_per_request > 1  # local stores batch ranges into one backend call
+    store.ranges_per_request = 1  # as cloud stores do: every request holds its own slot
     payload = bytes(range(256)) * 40  # 10,240 bytes
     await store.put("blob", payload)
     got = await store.get_ranges("blob", [(0, 10_240), (5, 7), (100, 3_100), (9, 9)])
@@ -110,3 +112,8 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
     got = await store.get_ranges("blob", [(0, 10), (50, 60), (500, 510)])
     assert [bytes(g) for g in got] == [payload[0:10], payload[50:60], payload[500:510]]
     assert sorted(r for c in calls for r in c) == [(0, 60), (500, 510)]
+    calls.clear()
+    store.ranges_per_request = 4  # batched: at most 4 ranges per backend call
+    got = await store.get_ranges("blob", [(i * 1000, i * 1000 + 10) for i in range(10)])
+    assert [bytes(g) for g in got] == [payload[i * 1000:i * 1000 + 10] for i in range(10)]
+    assert [len(c) for c in calls] == [4, 4, 2]

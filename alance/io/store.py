@@ -44,6 +44,10 @@ RETRY_BASE_DELAY = 0.05
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 #: Ranges closer than this are fetched with one request.
 DEFAULT_COALESCE_BYTES = 64 * 1024
+#: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
+#: disks read them one after another, so batching only saves per-call overhead; cloud stores
+#: use 1 so that every HTTP request holds its own slot of the bound.
+DEFAULT_RANGES_PER_REQUEST = 64
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ class DatasetStore:
                  after_fork: Callable[[], Backend] | None = None,
                  max_retries: int = DEFAULT_MAX_RETRIES,
                  split_bytes: int = DEFAULT_SPLIT_BYTES,
-                 limiter_key: str | None = None) -> None:
+                 limiter_key: str | None = None,
+                 ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -105,6 +110,7 @@ class DatasetStore:
         self.coalesce_bytes = coalesce_bytes
         self.limiter_key = limiter_key or root.split("/", 1)[0]
         self.split_bytes = split_bytes
+        self.ranges_per_request = max(1, ranges_per_request)
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
 
@@ -180,7 +186,8 @@ class DatasetStore:
 
         Ranges closer than ``coalesce_bytes`` are merged into one request; ranges longer than
         ``split_bytes`` are fetched as several requests. Requests run concurrently, each
-        holding one slot of the store's in-flight bound.
+        call to the backend (``ranges_per_request`` ranges at most) holding one slot of the
+        store's in-flight bound.
         """
         if not ranges:
             return []
@@ -188,10 +195,14 @@ class DatasetStore:
         merged = _coalesce(sorted({(s, e) for s, e in ranges if e > s}), self.coalesce_bytes)
         pieces = [p for m in merged for p in _split(m, self.split_bytes)]
 
-        async def fetch(piece: tuple[int, int]) -> Buffer:
-            return (await self._retrying(lambda b: b.get_ranges(key, [piece], 0)))[0]
+        step = self.ranges_per_request
+        batches = [pieces[i:i + step] for i in range(0, len(pieces), step)]
 
-        fetched = await asyncio.gather(*(fetch(p) for p in pieces))
+        async def fetch(batch: list[tuple[int, int]]) -> list[Buffer]:
+            return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0)))
+
+        fetched = [buf for bufs in await asyncio.gather(*(fetch(b) for b in batches))
+                   for buf in bufs]
         blocks: list[tuple[int, Buffer]] = []
         i = 0
         for start, end in merged:

@@ -134,6 +134,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
+    policy.setdefault("ranges_per_request", 1)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),
