@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test protos protos-check lint typecheck bench clean
+.PHONY: venv demo demo-async test protos protos-check lint typecheck bench bench-spark clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
+# The main job: the Spark pipeline (PySpark local[2] -> alance dataset in a temp dir).
 demo: venv
+	$(BIN)/python examples/spark_pipeline.py
+
+# The same story without Spark: async alance only.
+demo-async: venv
 	$(BIN)/python examples/pipeline.py
 
 test: venv
@@ -33,6 +38,9 @@ lint: venv
 
 bench: venv
 	$(BIN)/python benchmarks/compare_pylance.py
+
+bench-spark: venv
+	$(BIN)/python benchmarks/spark_write.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
