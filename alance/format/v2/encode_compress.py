@@ -6,7 +6,10 @@
   chunk's values in the transposed "FastLanes" order (1024 / T lanes, each lane's ``T`` rows
   packed ``w`` bits apiece, least significant first). The width of a chunk is the bit length
   of the OR of its values (negative numbers therefore keep every bit), as pylance chooses it;
-  the last chunk is padded with zeros to 1024 values.
+  the last chunk is padded with zeros to 1024 values. Used when it saves at least 5 %.
+* **RLE** of the same values when the page has fewer runs than half its values (as pylance):
+  chunks of 2048 values, each a buffer of run values and one of u8 run lengths.
+* **Levels** (repetition / definition) bit-packed "out of line" at one width per page.
 * **General compression** (``general``, zstd) of each chunk's variable-width value buffer
   (offsets and bytes): an 8-byte little-endian uncompressed size, then one zstd frame.
 * **Dictionary** encoding of low-cardinality strings / binary: u32 indices (bit-packed in
@@ -39,6 +42,9 @@ _LANE_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
 DICT_SIZE_RATIO = 0.8
 _DICT_MIN_VALUES = 100
 _DICT_SAMPLE = 4096
+#: Bit-packing must save at least 5 % (floats, whose exponent fills the top bits, save ~3 %:
+#: not worth the time; pylance packs them anyway).
+MAX_PACKED_SHARE = 0.95
 #: zstd level of general compression (1: fast, as good as higher levels on small chunks).
 ZSTD_LEVEL = 1
 #: Variable pages smaller than this are not worth compressing.
@@ -129,7 +135,7 @@ def _bit_lengths(ors: np.ndarray, t: int) -> np.ndarray:
 
 def bitpack(raw: np.ndarray, width: int) -> CodedChunks | None:
     """Bit-pack ``n`` values of ``width`` bytes (``raw``: ``(n, width)`` uint8, little endian)
-    in chunks of 1024; None when that saves no space or the width cannot be packed."""
+    in chunks of 1024; None when that saves under 5 % or the width cannot be packed."""
     t = width * 8
     if t not in _UINT:
         return None
@@ -144,18 +150,23 @@ def bitpack(raw: np.ndarray, width: int) -> CodedChunks | None:
     widths = _bit_lengths(np.bitwise_or.reduce(blocks, axis=1), t)
     lanes = BITPACK_CHUNK // t
     words = 1 + widths * lanes  # per chunk: the width word, then the packed words
-    if int(words.sum()) * width >= n * width:
+    if int(words.sum()) > MAX_PACKED_SHARE * n:
         return None
     word_off = np.concatenate(([0], np.cumsum(words))).astype(np.int64)
     out = np.zeros(int(word_off[-1]), dtype=dtype)
     out[word_off[:-1]] = widths.astype(dtype)
-    for w in np.unique(widths).tolist():
-        if w == 0:
-            continue
-        sel = np.flatnonzero(widths == w)
-        packed = fastlanes_pack(blocks[sel], int(w))
-        idx = (word_off[sel] + 1)[:, None] + np.arange(w * lanes, dtype=np.int64)
-        out[idx] = packed
+    kinds = np.unique(widths).tolist()
+    if len(kinds) == 1:  # one width: chunks are rows of one matrix
+        grid = out.reshape(k, int(words[0]))
+        grid[:, 1:] = fastlanes_pack(blocks, kinds[0])
+    else:
+        for w in kinds:
+            if w == 0:
+                continue
+            sel = np.flatnonzero(widths == w)
+            packed = fastlanes_pack(blocks[sel], int(w))
+            idx = (word_off[sel] + 1)[:, None] + np.arange(w * lanes, dtype=np.int64)
+            out[idx] = packed
     starts = np.arange(0, n, BITPACK_CHUNK, dtype=np.int64)
     encoding = pb.CompressiveEncoding(
         inline_bitpacking=pb.InlineBitpacking(uncompressed_bits_per_value=t))

@@ -19,6 +19,7 @@ Pure: arrays in, bytes out.
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from alance.format.v2.encode_fullzip import encode_fullzip
 from alance.format.v2.encode_levels import Shredded
 from alance.format.v2.encode_values import (
     BOOL,
+    FIXED,
     NULLS,
     VARIABLE,
     Buffer,
@@ -246,27 +248,27 @@ def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
             sizes = sizes + _pad(ls)
     heads = _chunk_headers(i1 - i0 if n_levels else np.zeros(len(starts), np.int64),
                            level_sizes, bufs, word)
-    pieces: list[np.ndarray] = []
-    raw_values = _raw_values(vd)
-    coded_at = None if coded is None else [o.tolist() for o in coded.offsets]
-    for c in range(len(starts)):
-        a, b = int(starts[c]), int(v1[c])
-        parts = [heads[c]]
-        if rep is not None:
-            parts.append(rep[1][c])
-        if defs is not None:
-            parts.append(defs[1][c])
-        if coded_at is not None:
-            assert coded is not None
-            parts.extend(data[at[c]: at[c + 1]]
-                         for data, at in zip(coded.datas, coded_at, strict=True))
-        else:
-            parts.extend(_chunk_values(vd, raw_values, a, b))
-        for p in parts:
-            pieces.append(p)
-            if len(p) % ALIGN:
-                pieces.append(_ZEROS[: ALIGN - len(p) % ALIGN])
-    chunks = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+    # Every chunk: header, levels, value buffers, each padded to 8 bytes.
+    columns: list[tuple[list[np.ndarray], np.ndarray]] = [
+        (list(heads), np.full(len(starts), heads.shape[1], dtype=np.int64))]
+    for lv in (rep, defs):
+        if lv is not None:
+            columns.append((lv[1], lv[2]))
+    if coded is not None:
+        for data, at, size in zip(coded.datas, coded.offsets, coded.sizes, strict=True):
+            bounds = at.tolist()
+            columns.append(([data[x:y] for x, y in pairwise(bounds)], size))
+    elif vd.kind == FIXED and vd.leaf_bits != 1 and all(v is None for v in vd.valids):
+        raw, w = _raw_values(vd), vd.width  # plain bytes: slices of the values
+        columns.append(([raw[a * w: b * w] for a, b in
+                         zip(starts.tolist(), v1.tolist(), strict=True)], bufs[0]))
+    else:
+        raw_values = _raw_values(vd)
+        per_chunk = [_chunk_values(vd, raw_values, a, b)
+                     for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
+        for b, size in enumerate(bufs):
+            columns.append(([parts[b] for parts in per_chunk], size))
+    chunks = _interleave(columns)
     counts = v1 - starts
     logs = np.floor(np.log2(np.maximum(counts, 1))).astype(np.int64)
     logs[-1] = 0
@@ -344,14 +346,27 @@ def _levels(levels: np.ndarray, i0: np.ndarray, i1: np.ndarray,
     return enc, parts, np.array([len(p) for p in parts], dtype=np.int64)
 
 
+def _interleave(columns: list[tuple[list[np.ndarray], np.ndarray]]) -> np.ndarray:
+    """Chunk after chunk, the parts of every column (``(arrays, sizes)``, one array per chunk),
+    each padded to 8 bytes."""
+    lists: list[list[np.ndarray]] = []
+    for arrays, sizes in columns:
+        lists.append(arrays)
+        pads = (-sizes) % ALIGN
+        if pads.any():
+            lists.append([_ZEROS[:p] for p in pads.tolist()])
+    pieces = [part for chunk in zip(*lists, strict=True) for part in chunk]
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+
+
 def _chunk_headers(num_levels: np.ndarray, level_sizes: list[np.ndarray],
-                   bufs: list[np.ndarray], word: int) -> list[np.ndarray]:
-    """Per chunk: u16 level count, u16 rep / def sizes, value buffer sizes (u16 or u32)."""
+                   bufs: list[np.ndarray], word: int) -> np.ndarray:
+    """Per chunk (a row): u16 level count, u16 rep / def sizes, value buffer sizes (u16 or
+    u32)."""
     small = [num_levels, *level_sizes]
     head_small = np.stack(small, axis=1).astype("<u2").view(np.uint8)
     head_big = np.stack(bufs, axis=1).astype("<u4" if word == 4 else "<u2").view(np.uint8)
-    heads = np.concatenate([head_small, head_big], axis=1)
-    return list(heads)
+    return np.concatenate([head_small, head_big], axis=1)
 
 
 def _raw_values(vd: ValueData) -> np.ndarray:

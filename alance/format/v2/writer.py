@@ -12,10 +12,7 @@ Memory stays bounded by one batch: nothing but page positions is kept between ca
 from __future__ import annotations
 
 import copy
-import os
 import struct
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -161,14 +158,8 @@ class V2FileWriter:
             raise SchemaMismatchError(
                 f"batch columns {names} do not match the file's {self._schema.names}")
         encoded: list[list[tuple[list[Buffer], Message, int]]] = []
-        fields = list(zip(self._schema.fields, arrays, strict=True))
-        if len(fields) > 1 and n >= _PARALLEL_MIN_ROWS:
-            # Columns are independent; numpy and the codecs release the GIL.
-            for per_leaf in _pool().map(self._encode_field, fields):
-                encoded.extend(per_leaf)
-        else:
-            for field in fields:
-                encoded.extend(self._encode_field(field))
+        for field in zip(self._schema.fields, arrays, strict=True):
+            encoded.extend(self._encode_field(field))
         # Everything encoded: lay the buffers out.
         out: list[bytes | memoryview] = []
         for col, col_pages in enumerate(encoded):
@@ -264,22 +255,6 @@ class V2FileWriter:
                         len(self._pages), *footer_version) + MAGIC)
         self._position = pos
         return b"".join(parts)
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-#: Batches of at least this many rows encode their columns on a small thread pool.
-_PARALLEL_MIN_ROWS = 64 * 1024
-
-
-def _pool() -> ThreadPoolExecutor:
-    """The writers' shared thread pool (as many threads as cores, at most 4)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
-                                       thread_name_prefix="alance-v2-encode")
-        return _POOL
 
 
 def _any(message: Message) -> bytes:
