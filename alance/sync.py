@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from alance import _loop
 from alance._proto import table_pb2
 from alance.commit.registry import HandlerSpec
+from alance.dataset import blobs as _blobs
 from alance.dataset import dataset as _async
 from alance.dataset import distributed as _distributed
 from alance.dataset import distributed_compaction as _distributed_compaction
@@ -209,6 +210,15 @@ class LanceDataset:
         """Blocking :meth:`alance.LanceDataset.changes`: iterate it, or ``.to_table()``."""
         return ChangeFeed(_loop.run(self._async.changes(begin_version, end_version, **kwargs)))
     # -- end of stable row ids -----------------------------------------------------------------
+
+    # -- blob columns ---------------------------------------------------------------------------
+    def take_blobs(self, column: str, indices: Sequence[int] | Any = None,
+                   ids: Sequence[int] | Any = None, addresses: Sequence[int] | Any = None,
+                   **kwargs: Any) -> list[_blobs.BlockingBlobFile | None]:
+        """Blocking :meth:`alance.LanceDataset.take_blobs`: standard binary file objects."""
+        found = _loop.run(self._async.take_blobs(column, indices, ids, addresses, **kwargs))
+        return _blobs.blocking(found, _loop.run)
+    # -- end of blob columns ----------------------------------------------------------------------
 
     def delete(self, predicate: str | pc.Expression, **kwargs: Any) -> DeleteResult:
         """Blocking :meth:`alance.LanceDataset.delete` (``result.dataset`` is blocking too)."""

@@ -247,12 +247,15 @@ async def test_abort_finds_unreported_files_and_stops_late_tasks(local_uri: str)
     assert (await alance.open_dataset(local_uri)).version == 1
 
 
-async def test_distributed_dml_one_commit(local_uri: str) -> None:
+STORAGE_VERSIONS = pytest.mark.parametrize("version", ["legacy", None])  # None: 2.2
+
+
+@STORAGE_VERSIONS
+async def test_distributed_dml_one_commit(local_uri: str, version: str | None) -> None:
     from alance.dataset.distributed_dml import plan_delete
 
-    # legacy files: deletes on 2.x datasets are not supported yet
     await alance.write_dataset(rows(0, 5000), local_uri, max_rows_per_file=1000,
-                               data_storage_version="legacy")
+                               data_storage_version=version)
     plan = await plan_delete(local_uri, "id % 3 = 0 OR id >= 4000")
     plan = pickle.loads(pickle.dumps(plan))
     groups = plan.tasks(2)
@@ -269,11 +272,12 @@ async def test_distributed_dml_one_commit(local_uri: str) -> None:
     assert len(ds.get_fragments()) == 4
 
 
+@STORAGE_VERSIONS
 async def test_distributed_dml_merges_with_concurrent_delete_and_aborts(
-        local_uri: str) -> None:
+        local_uri: str, version: str | None) -> None:
     from alance.dataset.distributed_dml import plan_delete
 
-    await alance.write_dataset(rows(0, 100), local_uri, data_storage_version="legacy")
+    await alance.write_dataset(rows(0, 100), local_uri, data_storage_version=version)
     plan = await plan_delete(local_uri, "id < 10")
     parts = [await plan.run(g) for g in plan.tasks()]
     await (await alance.open_dataset(local_uri)).delete("id >= 90")  # someone else, meanwhile
@@ -303,20 +307,21 @@ def test_blocking_twins_from_threads(tmp_path: Path) -> None:
         parts = list(pool.map(lambda i: plan.write(rows(100 * i, 100)), range(4)))
     ds = plan.commit(parts)
     assert isinstance(ds, al.LanceDataset) and ds.version == 1 and ds.count_rows() == 400
-    if ds.data_storage_version in ("0.1", "0.2"):  # deletes need legacy files for now
-        deleter = pickle.loads(pickle.dumps(al.plan_delete(uri, "id >= 200")))
-        result = deleter.commit([deleter.run(g) for g in deleter.tasks()])
-        assert result.num_deleted_rows == 200 and result.dataset.count_rows() == 200
+    assert ds.data_storage_version == "2.2"
+    deleter = pickle.loads(pickle.dumps(al.plan_delete(uri, "id >= 200")))
+    result = deleter.commit([deleter.run(g) for g in deleter.tasks()])
+    assert result.num_deleted_rows == 200 and result.dataset.count_rows() == 200
     aborted = al.plan_write(uri, rows(0, 1).schema)
     aborted.abort([aborted.write(rows(0, 5))])
-    assert al.open_dataset(uri).version == 1
+    assert al.open_dataset(uri).version == 2
 
 
-async def test_distributed_update_one_commit(local_uri: str) -> None:
+@STORAGE_VERSIONS
+async def test_distributed_update_one_commit(local_uri: str, version: str | None) -> None:
     from alance.dataset.distributed_dml import plan_update
 
     await alance.write_dataset(rows(0, 3000), local_uri, max_rows_per_file=1000,
-                               data_storage_version="legacy")
+                               data_storage_version=version)
     plan = pickle.loads(pickle.dumps(await plan_update(local_uri, {"v": "v + 1", "s": "'x'"},
                                                        "id % 2 = 0 AND id < 2500")))
     parts = [pickle.loads(pickle.dumps(await plan.run(g))) for g in plan.tasks()]
@@ -342,12 +347,13 @@ async def test_distributed_update_one_commit(local_uri: str) -> None:
         await plan_update(local_uri, {"nope": 1})
 
 
-async def test_distributed_compaction_one_rewrite(local_uri: str) -> None:
+@STORAGE_VERSIONS
+async def test_distributed_compaction_one_rewrite(local_uri: str, version: str | None) -> None:
     from alance.dataset.compaction_plan import CompactionOptions
     from alance.dataset.distributed_compaction import plan_distributed_compaction
 
     for i in range(6):
-        await alance.write_dataset(rows(100 * i, 100), local_uri,
+        await alance.write_dataset(rows(100 * i, 100), local_uri, data_storage_version=version,
                                    mode="create" if i == 0 else "append")
     expected = (await (await alance.open_dataset(local_uri)).to_table()).sort_by("id")
     plan = await plan_distributed_compaction(
@@ -371,3 +377,131 @@ async def test_distributed_compaction_one_rewrite(local_uri: str) -> None:
     assert len(data_files(local_uri)) > len(before)
     await plan.abort(parts)
     assert data_files(local_uri) == before
+
+
+# -- failed distributed delete/update/compaction jobs leave nothing behind --------------------
+def dataset_files(uri: str) -> set[str]:
+    """Every file of the dataset apart from manifests and transaction files."""
+    root = Path(uri)
+    skip = ("_versions", "_transactions")
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and p.relative_to(root).parts[0] not in skip}
+
+
+async def _break_last_fragment(uri: str) -> str:
+    """Remove the data file of the last fragment (the task that reads it fails); its path."""
+    ds = await alance.open_dataset(uri)
+    path = f"data/{ds.get_fragments()[-1].files[0].path}"
+    os.remove(Path(uri) / path)
+    return path
+
+
+async def _plan_job(kind: str, uri: str):
+    from alance.dataset.compaction_plan import CompactionOptions
+    from alance.dataset.distributed_compaction import plan_distributed_compaction
+    from alance.dataset.distributed_dml import plan_delete, plan_update
+
+    if kind == "delete":
+        plan = await plan_delete(uri, "id % 3 = 0")
+        return plan, plan.tasks()
+    if kind == "update":
+        plan = await plan_update(uri, {"v": "v + 1"}, "id % 3 = 0")
+        return plan, plan.tasks()
+    plan = await plan_distributed_compaction(uri, CompactionOptions(target_rows_per_fragment=500))
+    return plan, plan.tasks()
+
+
+async def _small_fragments(uri: str, version: str | None) -> None:
+    for i in range(4):  # 4 fragments of 300 rows: compaction makes two groups of two
+        await alance.write_dataset(rows(300 * i, 300), uri, data_storage_version=version,
+                                   mode="create" if i == 0 else "append")
+
+
+@STORAGE_VERSIONS
+@pytest.mark.parametrize("kind", ["delete", "update", "compact"])
+async def test_failed_job_leaves_no_files(local_uri: str, version: str | None, kind: str) -> None:
+    await _small_fragments(local_uri, version)
+    before = dataset_files(local_uri)
+    plan, tasks = await _plan_job(kind, local_uri)
+    assert len(tasks) >= 2
+    broken = before - {await _break_last_fragment(local_uri)}
+    for t in tasks[:-1]:
+        await plan.run(t)  # finished, but their messages get lost with the job
+    assert len(dataset_files(local_uri) - broken) > 2  # staging marker, files and records
+    with pytest.raises(alance.NotFoundError):
+        await plan.run(tasks[-1])  # the task reading the missing file fails mid-job
+    await plan.abort([])  # the engine reports the job failed: nothing handed in
+    assert dataset_files(local_uri) == broken  # finished tasks' files and records gone
+    assert lance.dataset(local_uri).version == 4
+    # a task still running after the job ended fails and removes what it wrote
+    with pytest.raises(JobFinishedError):
+        await plan.run(tasks[0])
+    assert dataset_files(local_uri) == broken
+
+
+@STORAGE_VERSIONS
+@pytest.mark.parametrize("kind", ["delete", "update", "compact"])
+async def test_commit_removes_dropped_attempts(local_uri: str, version: str | None,
+                                               kind: str) -> None:
+    await _small_fragments(local_uri, version)
+    before = dataset_files(local_uri)
+    plan, tasks = await _plan_job(kind, local_uri)
+    parts = [await plan.run(t) for t in tasks]
+    await plan.run(tasks[0])  # a speculative duplicate whose result the engine dropped
+    result = await plan.commit(parts)
+    ds = result if isinstance(result, alance.LanceDataset) else result.dataset
+    assert ds.version == (6 if kind == "compact" else 5)  # compaction reserves ids first
+    from alance.dataset.distributed_staging import referenced_files
+
+    # the old files and those the new version references remain; no staging records
+    assert dataset_files(local_uri) == before | referenced_files(ds.get_fragments())
+    assert lance.dataset(local_uri).to_table().sort_by("id").equals(
+        (await ds.to_table()).sort_by("id"))
+
+
+# -- the change data feed as tasks -------------------------------------------------------------
+async def _history(uri: str) -> alance.LanceDataset:
+    """Inserts, updates, deletes and appends on a table with stable row ids (2.2 files)."""
+    ds = await alance.write_dataset(rows(0, 40), uri, enable_stable_row_ids=True,
+                                    max_rows_per_file=15)                              # v1
+    ds = await alance.write_dataset(rows(100, 20), uri, mode="append")                 # v2
+    ds = (await ds.update({"s": "'u3'"}, where="id % 7 = 0")).dataset                  # v3
+    ds = (await ds.delete("id < 16 OR id = 105")).dataset                              # v4
+    ds = await alance.write_dataset(rows(200, 5), uri, mode="append")                  # v5
+    ds = (await ds.update({"v": "v + 1"}, where="id >= 110 OR id = 30")).dataset       # v6
+    return ds
+
+
+def _change_rows(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+async def test_change_feed_tasks_cover_the_feed_for_every_pair(local_uri: str) -> None:
+    from alance.dataset.distributed_changes import (
+        ChangeTask,
+        plan_change_tasks,
+        scan_change_task,
+    )
+
+    ds = await _history(local_uri)
+    assert ds.data_storage_version == "2.2" and ds.version == 6
+    kinds_seen = set()
+    for a in range(0, ds.version + 1):
+        for b in range(max(a, 1), ds.version + 1):
+            for cols in (None, ["s"]):
+                feed = await ds.changes(a, b, columns=cols, batch_size=7)
+                tasks = plan_change_tasks(pickle.loads(pickle.dumps(feed)))
+                expected = await feed.to_table()
+                batches = [batch for task in tasks
+                           async for batch in scan_change_task(feed, task)]
+                got = pa.Table.from_batches(batches, schema=feed.schema)
+                assert got.schema == expected.schema
+                assert _change_rows(got) == _change_rows(expected), (a, b, cols)
+                assert len(tasks) == (0 if a == b else len(feed.end_ctx.snapshot.fragments) + (
+                    len(feed.begin_ctx.snapshot.fragments) if a else 0))
+                kinds_seen |= set(expected["_change_type"].to_pylist())
+    assert kinds_seen == {"insert", "update", "delete"}
+    feed = await ds.changes(1)
+    for bad in (ChangeTask("upserts", 999), ChangeTask("deletes", 999), ChangeTask("x", 0)):
+        with pytest.raises(InvalidInputError):
+            [b async for b in scan_change_task(feed, bad)]

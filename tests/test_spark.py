@@ -6,12 +6,14 @@ message saying so: they are part of the suite, not optional.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import decimal
 import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -410,17 +412,20 @@ def test_200_tasks_in_reused_workers_do_not_leak(spark, tmp_path: Path) -> None:
         assert warm[-1][2] - warm[0][2] < 40 * 1024 * 1024, (warm[0][2], warm[-1][2])
 
 
-def test_pipeline_helpers_write_then_commit_and_delete(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["legacy", None])  # None: the default, 2.2
+def test_pipeline_helpers_write_then_commit_and_delete(spark, tmp_path: Path,
+                                                       version: str | None) -> None:
     from alance.spark import pipeline
 
     uri = str(tmp_path / "p.lance")
     df = spark.range(0, 30_000, numPartitions=3).selectExpr("id", "id % 10 as bucket")
-    plan, results = pipeline.write_fragments(df, uri, data_storage_version="legacy")
+    plan, results = pipeline.write_fragments(df, uri, data_storage_version=version)
     assert len(results) == 3 and sum(r.num_rows for r in results) == 30_000
     with pytest.raises(alance.DatasetNotFoundError):
         al.open_dataset(uri)  # nothing visible before the driver commits
     ds = pipeline.commit_fragments(plan, results)
     assert ds.version == 1 and ds.count_rows() == 30_000
+    assert ds.data_storage_version == ("0.1" if version == "legacy" else "2.2")
     result = pipeline.delete_where(spark, uri, "bucket = 3 OR id < 100")
     assert result.num_deleted_rows == 3000 + 90 and result.dataset.version == 2
     ids = lance.dataset(uri).to_table()["id"].to_numpy()
@@ -438,6 +443,130 @@ def test_pipeline_helpers_write_then_commit_and_delete(spark, tmp_path: Path) ->
     assert compacted is not None and len(compacted.get_fragments()) == 1
     assert compacted.to_table().sort_by("id").equals(before)
     assert lance.dataset(uri).to_table().sort_by("id").equals(before)
+
+
+def _dataset_files(uri: str) -> set[str]:
+    root = Path(uri)
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and p.relative_to(root).parts[0] not in ("_versions", "_transactions")}
+
+
+def _settled(uri: str, expected: set[str]) -> set[str]:
+    """The dataset's files once tasks Spark is still cancelling have finished (<= 10 s)."""
+    deadline = time.monotonic() + 10
+    while (files := _dataset_files(uri)) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return files
+
+
+def test_failed_pipeline_jobs_leave_no_files(spark, tmp_path: Path) -> None:
+    """A delete, update or compaction job with a failing task: the files of the tasks that
+    finished are deleted too, the table stays at its version (default 2.2 files)."""
+    from alance.spark import pipeline
+
+    uri = str(tmp_path / "f.lance")
+    for i in range(4):  # four small fragments: compaction plans two groups
+        ids = np.arange(300 * i, 300 * (i + 1), dtype=np.int64)
+        al.write_dataset(pa.table({"id": ids, "k": ids % 10}), uri, mode="append")
+    ds = al.open_dataset(uri)
+    assert ds.data_storage_version == "2.2" and len(ds.get_fragments()) == 4
+    broken = f"data/{ds.get_fragments()[-1].files[0].path}"
+    os.remove(Path(uri) / broken)  # the task that reads the last fragment fails
+    files = _dataset_files(uri)
+    jobs = [lambda: pipeline.delete_where(spark, uri, "k = 3"),
+            lambda: pipeline.update_where(spark, uri, {"k": "k + 100"}, "k < 5"),
+            lambda: pipeline.compact(spark, uri, target_rows_per_fragment=500)]
+    for job in jobs:
+        with pytest.raises(Exception, match=r"not found|NotFound|No such file"):
+            job()
+        assert _settled(uri, files) == files
+        assert al.open_dataset(uri).version == 4
+
+
+def _change_history(uri: str) -> al.LanceDataset:
+    """Inserts, updates, deletes and appends on a table with stable row ids (2.2 files)."""
+    def rows(start: int, n: int) -> pa.Table:
+        ids = np.arange(start, start + n, dtype=np.int64)
+        return pa.table({"id": ids, "name": pa.array([f"n{i}" for i in ids])})
+
+    ds = al.write_dataset(rows(0, 300), uri, enable_stable_row_ids=True,
+                          max_rows_per_file=100)                                  # v1
+    ds = al.write_dataset(rows(1000, 50), uri, mode="append")                    # v2
+    ds = ds.update({"name": "'u3'"}, where="id % 7 = 0").dataset                 # v3
+    ds = ds.delete("id < 30 OR id = 1005").dataset                               # v4
+    ds = al.write_dataset(rows(2000, 20), uri, mode="append")                    # v5
+    return ds
+
+
+def _rows_of(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_change_feed_through_spark(spark, tmp_path: Path) -> None:
+    uri = str(tmp_path / "cdf.lance")
+    ds = _change_history(uri)
+    df = spark.read.format("alance").option("changes_from", 2).option("changes_to", 4).load(uri)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("id", "bigint"), ("name", "string"), ("_rowid", "bigint"),
+        ("_row_created_at_version", "bigint"), ("_row_last_updated_at_version", "bigint"),
+        ("_change_type", "string")]
+    # one partition per fragment of version 4 (upserts) and of version 2 (deletes)
+    frags = len(ds.checkout_version(4).get_fragments()) + len(
+        ds.checkout_version(2).get_fragments())
+    assert df.rdd.getNumPartitions() == frags
+    expected = ds.changes(2, 4).to_table()
+    got = [tuple(r) for r in df.collect()]
+    assert sorted(got) == _rows_of(expected)
+    assert {r[-1] for r in got} == {"update", "delete"} and len(got) == expected.num_rows
+    # from the start to the latest version, a projection, without deletes
+    df = spark.read.format("alance").option("changes_from", 1).option("columns", "name") \
+        .option("include_deleted", "false").load(uri)
+    assert df.columns == ["name", "_rowid", "_row_created_at_version",
+                          "_row_last_updated_at_version", "_change_type"]
+    expected = ds.changes(1, columns=["name"], include_deleted=False).to_table()
+    got = [tuple(r) for r in df.collect()]
+    assert sorted(got) == _rows_of(expected)
+    # inserts: v2's rows but 1005, v5's; updates: v1's multiples of 7 not deleted
+    assert collections.Counter(r[-1] for r in got) == {"insert": 49 + 20, "update": 43 - 5}
+    # system columns in a plain read: as alance and pylance read them
+    system = ["id", "_rowid", "_row_created_at_version", "_row_last_updated_at_version"]
+    plain = spark.read.format("alance").option("columns", ", ".join(system)).load(uri)
+    assert [f.dataType.simpleString() for f in plain.schema.fields] == ["bigint"] * 4
+    got = sorted(tuple(r) for r in plain.collect())
+    assert got == _rows_of(ds.to_table(columns=system))
+    assert got == _rows_of(lance.dataset(uri).to_table(columns=system))
+    assert len(got) == 300 + 50 + 20 - 31 and {r[3] for r in got} == {1, 2, 3, 5}
+    with pytest.raises(Exception, match=r"stable row ids|enable_stable_row_ids"):
+        al.write_dataset(pa.table({"id": [1]}), str(tmp_path / "plain.lance"))
+        spark.read.format("alance").option("changes_from", 0).load(
+            str(tmp_path / "plain.lance")).count()
+
+
+def test_change_feed_reader_in_process(tmp_path: Path) -> None:
+    """The change reader without Spark: a user schema naming a subset, and bad options."""
+    from pyspark.sql import types as T
+
+    from alance.spark.datasource import AlanceDataSource
+
+    uri = str(tmp_path / "cdf.lance")
+    ds = _change_history(uri)
+    source = AlanceDataSource({"path": uri, "changes_from": "3", "batch_size": "16"})
+    wanted = T.StructType([T.StructField("_change_type", T.StringType()),
+                           T.StructField("id", T.LongType())])
+    reader = source.reader(wanted)
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert all(b.schema.names == ["_change_type", "id"] and b.num_rows <= 16 for b in batches)
+    got = sorted(tuple(r.values()) for b in batches for r in b.to_pylist())
+    expected = ds.changes(3).to_table()
+    assert got == sorted(zip(expected["_change_type"].to_pylist(),
+                             expected["id"].to_pylist(), strict=True))
+    with pytest.raises(SchemaMismatchError):
+        source.reader(T.StructType([T.StructField("id", T.IntegerType())]))
+    with pytest.raises(alance.InvalidInputError, match="true or false"):
+        AlanceDataSource({"path": uri, "changes_from": "1", "include_deleted": "maybe"}
+                         ).reader(wanted)
+    with pytest.raises(alance.InvalidInputError, match="after end"):
+        AlanceDataSource({"path": uri, "changes_from": "4", "changes_to": "2"}).schema()
 
 
 def test_s3_round_trip_with_storage_options(spark, moto_target) -> None:

@@ -19,7 +19,6 @@ from lance.arrow import bfloat16_array
 
 import alance
 import alance.sync
-from alance.errors import UnsupportedFeatureError
 from alance.format.schema import LanceSchema, arrow_type_of, logical_type_of
 
 N = 8
@@ -182,10 +181,12 @@ def test_logical_types_match_pylance_manifests(tmp_path) -> None:
     assert bf16.logical_type == "fixed_size_list:lance.bfloat16:2"
 
 
-def test_json_text_columns_are_refused_clearly(tmp_path) -> None:
+def test_json_text_columns_are_stored_as_jsonb(tmp_path) -> None:
+    """JSON text is written as Lance's JSONB and read back as text (tests/test_json.py)."""
     table = pa.table({"j": pa.array(['{"a": 1}'], pa.json_())})
-    with pytest.raises(UnsupportedFeatureError, match="JSONB"):
-        alance.sync.write_dataset(table, str(tmp_path / "ds.lance"))
+    alance.sync.write_dataset(table, str(tmp_path / "ds.lance"))
+    back = lance.dataset(str(tmp_path / "ds.lance")).to_table().column("j")
+    assert back.type == pa.json_() and back.to_pylist() == ['{"a":1}']  # stored compactly
 
 
 async def test_float_filters_order_nan_and_zeros_like_pylance(tmp_path) -> None:

@@ -411,10 +411,9 @@ def test_variable_packed_struct(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_blob_columns_are_refused_typed(tmp_path: Path, version: str) -> None:
-    """Blob columns give a typed error; the other columns of the dataset still read."""
-    from alance.errors import UnsupportedFeatureError
-
+def test_blob_columns_read_as_descriptors(tmp_path: Path, version: str) -> None:
+    """Blob columns read as pylance's descriptors (bytes: tests/test_blobs.py); the other
+    columns of the dataset still read."""
     n = 50
     blob = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
     table = pa.table({"id": pa.array(np.arange(n)),
@@ -423,8 +422,6 @@ def test_blob_columns_are_refused_typed(tmp_path: Path, version: str) -> None:
     uri = str(tmp_path / "blob")
     lance.write_dataset(table, uri, data_storage_version=version)  # type: ignore[arg-type]
     ours = al.open_dataset(uri)
-    with pytest.raises(UnsupportedFeatureError):
-        ours.to_table()
-    with pytest.raises(UnsupportedFeatureError):
-        ours.take([1, 2])
+    assert ours.to_table().equals(lance.dataset(uri).to_table())
+    assert ours.take([7, 2]).equals(lance.dataset(uri).take([7, 2]))
     _same(ours.to_table(columns=["id"]), lance.dataset(uri).to_table(columns=["id"]), "id")

@@ -344,6 +344,55 @@ def test_fsst_decode_escapes() -> None:
     assert offs.tolist() == [0, 7, 10]
 
 
+@pytest.mark.parametrize(("starts", "lengths"), [
+    ([0, 10, 20, 30], [6, 6, 6, 6]),  # evenly spaced, equal: one strided copy
+    ([3, 13, 23, 33], [6, 6, 6, 2]),  # ... with a short last range
+    ([5, 15, 25, 90], [6, 6, 6, 9]),  # ... the last elsewhere, longer
+    ([0, 4, 8, 12], [6, 6, 6, 6]),  # overlapping ranges
+    ([0, 10, 21, 30], [6, 6, 6, 6]),  # uneven spacing: the general path
+    ([0, 10, 20, 30], [6, 5, 6, 6]),  # unequal lengths: the general path
+    ([40, 30, 20, 10], [6, 6, 6, 6]),  # descending
+    ([0, 50], [64, 64]),
+])
+def test_gather_ranges_matches_slices(starts: list[int], lengths: list[int]) -> None:
+    from alance.format.v2.kernels import gather_ranges
+
+    data = np.arange(120, dtype=np.uint8)
+    want = np.concatenate([data[s: s + n] for s, n in zip(starts, lengths, strict=True)])
+    got = gather_ranges(data, np.array(starts), np.array(lengths))
+    assert got.tolist() == want.tolist()
+    with pytest.raises(CorruptFileError):
+        gather_ranges(data, np.array(starts) + 115, np.array(lengths))
+
+
+@pytest.mark.parametrize("n_codes", [70_001, 70_000])
+def test_fsst_pair_decoding_matches_single_codes(n_codes: int) -> None:
+    """Long escape-free data is expanded two codes at a time; string boundaries may fall
+    inside a pair, and an odd code count leaves a last code alone."""
+    from alance.format.v2 import kernels
+
+    rng = np.random.default_rng(n_codes)
+    n_sym = 200  # codes 200..254 have no symbol: they expand to nothing, as before
+    lens = rng.integers(1, 9, n_sym)
+    syms = rng.integers(0, 256, (n_sym, 8), dtype=np.uint8)
+    header = (0x46535354 << 32) | (1 << 24) | n_sym
+    table = header.to_bytes(8, "little") + syms.tobytes() + lens.astype(np.uint8).tobytes()
+    data = rng.integers(0, 255, n_codes, dtype=np.uint8)  # no 255: no escapes
+    cuts = np.sort(rng.choice(np.arange(1, n_codes), 5000, replace=False))
+    offsets = np.concatenate(([0], cuts, [n_codes]))
+    assert n_codes >= kernels.PAIR_DECODE_CODES
+    out, offs = fsst_decode(table, data, offsets)
+    expand, length = kernels.fsst_symbols(table)
+    single, single_offs = kernels._fsst_expand(expand, length, data.astype(np.int32), offsets)
+    assert out.tobytes() == single.tobytes()
+    assert offs.tolist() == single_offs.tolist()
+    # and spot-check against a plain expansion of a few strings
+    for i in (0, 17, len(offsets) - 2):
+        want = b"".join(syms[c, : lens[c]].tobytes() if c < n_sym else b""
+                        for c in data[offsets[i]: offsets[i + 1]].tolist())
+        assert out[offs[i]: offs[i + 1]].tobytes() == want
+
+
 def test_decompress_lz4_and_zstd() -> None:
     raw = b"hello lance " * 100
     lz = pa.Codec("lz4_raw").compress(raw).to_pybytes()

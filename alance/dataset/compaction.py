@@ -67,8 +67,8 @@ INLINE_ALWAYS = 1 << 62
 Progress = Callable[[int, int], None]
 
 __all__ = ["CompactionMetrics", "CompactionOptions", "CompactionPlan", "CompactionResult",
-           "CompactionTask", "compact_files", "output_sizes", "plan_compaction", "plan_tasks",
-           "rewrite_task"]
+           "CompactionTask", "compact_files", "external_files", "output_sizes",
+           "plan_compaction", "plan_tasks", "reserve_fragment_ids", "rewrite_task"]
 async def _live_batches(ctx: ReadContext, fragments: Sequence[Fragment], chunk_rows: int,
                         progress: Callable[[int], None]) -> AsyncIterator[pa.RecordBatch]:
     """The live rows of ``fragments`` in order, ``chunk_rows`` physical rows per read.
@@ -199,7 +199,7 @@ def _files(fragments: Sequence[Fragment]) -> int:
     return sum(len(f.files) + int(f.HasField("deletion_file")) for f in fragments)
 
 
-def _external_files(fragments: Sequence[Fragment]) -> WrittenFiles:
+def external_files(fragments: Sequence[Fragment]) -> WrittenFiles:
     """External row id files of new fragments (to delete if they are not committed)."""
     files = WrittenFiles()
     for frag in fragments:
@@ -208,8 +208,8 @@ def _external_files(fragments: Sequence[Fragment]) -> WrittenFiles:
     return files
 
 
-async def _reserve_ids(store: DatasetStore, handler: CommitHandler, base: Snapshot,
-                       count: int, max_retries: int) -> list[int]:
+async def reserve_fragment_ids(store: DatasetStore, handler: CommitHandler, base: Snapshot,
+                               count: int, max_retries: int) -> list[int]:
     """Claim ``count`` fragment ids with a ReserveFragments commit; returns them in order."""
     snap = await commit_transaction(store, handler, base, new_reserve_fragments(
         base.version, count), data_storage_version=base.data_storage_version,
@@ -259,13 +259,13 @@ async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: S
             fut.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         done_frags = [f for r in results if r for f in r]
-        await _external_files(done_frags).remove_all(store)
+        await external_files(done_frags).remove_all(store)
         await delete_fragment_files(store, done_frags)
         raise
     written = [f for r in results if r for f in r]
-    async with removed_on_failure(store, written, _external_files(written)):
-        ids = iter(await _reserve_ids(store, handler, snapshot, len(written), max_retries)
-                   if written else [])
+    async with removed_on_failure(store, written, external_files(written)):
+        ids = iter(await reserve_fragment_ids(store, handler, snapshot, len(written),
+                                              max_retries) if written else [])
         groups = []
         for task, new in zip(plan.tasks, results, strict=True):
             assert new is not None

@@ -15,6 +15,8 @@ from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
 from alance.commit.registry import HandlerSpec, commit_handler_for
 from alance.dataset import evolution
+from alance.dataset.blobs import DEFAULT_BUFFER_SIZE as DEFAULT_BLOB_BUFFER_SIZE
+from alance.dataset.blobs import BlobFile, take_blobs
 from alance.dataset.changes import ChangeFeed
 from alance.dataset.cleanup import CleanupStats, cleanup_old_versions
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
@@ -22,6 +24,7 @@ from alance.dataset.compaction import CompactionOptions, CompactionResult, compa
 from alance.dataset.delete import delete_rows
 from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
 from alance.dataset.inputs import record_batch_stream, regroup
+from alance.dataset.json_columns import as_jsonb
 from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
 from alance.dataset.restore import restore_version
@@ -73,7 +76,7 @@ class LanceDataset:
         self._store = store
         self._handler = handler
         self._snapshot = snapshot
-        self._ctx = ReadContext(store, snapshot)
+        self._ctx = ReadContext(store, snapshot, user_view=True)
 
     def __repr__(self) -> str:
         return f"LanceDataset({self.uri!r}, version={self.version})"
@@ -206,6 +209,20 @@ class LanceDataset:
         row raises :class:`~alance.errors.InvalidInputError`.
         """
         return await take_rows_by_id(self._ctx, row_ids, columns)
+
+    # -- blob columns (alance.dataset.blobs) -------------------------------------------------
+    async def take_blobs(self, column: str, indices: Sequence[int] | Any = None,
+                         ids: Sequence[int] | Any = None, addresses: Sequence[int] | Any = None,
+                         *, buffer_size: int = DEFAULT_BLOB_BUFFER_SIZE,
+                         ) -> list[BlobFile | None]:
+        """Lazy file-like :class:`~alance.dataset.blobs.BlobFile` objects for the blobs of
+        the selected rows of blob column ``column`` (``None`` where the blob is null), in
+        the order given. Select rows by exactly one of ``indices`` (positions), ``ids``
+        (``_rowid``) or ``addresses`` (``_rowaddr``). Scans return blob columns as their
+        descriptors, as pylance does."""
+        return await take_blobs(self._ctx, column, indices=indices, ids=ids,
+                                addresses=addresses, buffer_size=buffer_size)
+    # -- end of blob columns -----------------------------------------------------------------
 
     async def changes(self, begin_version: int, end_version: int | None = None, *,
                       columns: Sequence[str] | None = None, include_deleted: bool = True,
@@ -412,6 +429,7 @@ async def write_dataset(
         raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
                                  "or mode='overwrite'")
     arrow_schema, batches = await record_batch_stream(data, schema)
+    arrow_schema, batches = await as_jsonb(arrow_schema, batches)  # JSON text -> JSONB
 
     if base is not None and mode == "append":
         file_version_of(base.data_storage_version)  # refuses versions alance cannot write

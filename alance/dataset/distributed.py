@@ -13,14 +13,9 @@ An engine such as Spark runs the same write in many processes. The pattern:
    fails instead, :meth:`DistributedWrite.abort` deletes the files the tasks reported.
 
 Task attempts Spark gives up on (killed, failed, speculative duplicates) report nothing, so
-the files they wrote are found another way: before a data file of a planned write becomes
-visible, an empty *staging record* named after it is put under ``_alance_staging/{job_id}/``,
-next to an ``open`` marker the plan created. Commit and abort remove the marker first, then
-delete every recorded file the new version does not reference, then the records. A task
-checks the marker after each file it completes and, when it is gone (the job ended without
-it), deletes its files and fails. What remains possible: a worker killed between completing a
-file and checking the marker leaves that one file (and local temporary files of killed
-writers); such files are never referenced by any version.
+the files they wrote are found through the job's staging records
+(:mod:`alance.dataset.distributed_staging`): commit and abort delete every recorded file the
+new version does not reference, and a task still running after the job ended fails.
 
 Fragments carry no ids until the commit assigns them, so a task result committed twice is
 impossible to tell apart only by id: :meth:`~DistributedWrite.commit` refuses duplicate data
@@ -44,6 +39,16 @@ from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.dataset import LanceDataset
+from alance.dataset.distributed_staging import (
+    OPEN_MARKER,
+    STAGING_DIR,
+    JobFinishedError,
+    discard,
+    finish_job,
+    open_job,
+    recording_store,
+    staging_dir,
+)
 from alance.dataset.inputs import record_batch_stream, regroup
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import (
@@ -72,59 +77,8 @@ from alance.io.uri import open_store
 from alance.transaction.operations import new_append, new_overwrite
 
 DistributedMode = str  # "create" | "append" | "overwrite"
-#: Where planned writes keep their staging records (relative to the dataset root).
-STAGING_DIR = "_alance_staging"
-#: The marker that says a planned write still accepts files.
-OPEN_MARKER = "open"
-
-
-class JobFinishedError(InvalidInputError):
-    """A task wrote for a planned write that was already committed or aborted."""
-
-
-class _RecordingUpload:
-    def __init__(self, inner: Any, before: Any, after: Any) -> None:
-        self.inner, self.before, self.after = inner, before, after
-        self.completed = False
-
-    async def write(self, data: Any) -> None:
-        await self.inner.write(data)
-
-    async def complete(self) -> None:
-        await self.before()
-        await self.inner.complete()
-        self.completed = True
-        await self.after()
-
-    async def abort(self) -> None:
-        if not self.completed:  # a completed object is deleted by the caller instead
-            await self.inner.abort()
-
-
-class _RecordingBackend:
-    """Puts a staging record before each data file becomes visible; checks the marker after."""
-
-    def __init__(self, inner: Any, plan: DistributedWrite, store: DatasetStore) -> None:
-        self.inner, self.plan, self.store = inner, plan, store
-        self.records: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def upload(self, key: str) -> Any:
-        name = key.rsplit("/", 1)[-1]
-        record = f"{self.plan.staging_dir}/{name}"
-
-        async def before() -> None:
-            self.records.append(record)
-            await self.store.put(record, b"")
-
-        async def after() -> None:
-            if not await self.store.exists(f"{self.plan.staging_dir}/{OPEN_MARKER}"):
-                raise JobFinishedError(f"write {self.plan.job_id} to {self.plan.uri} was "
-                                       "committed or aborted while this task ran")
-
-        return _RecordingUpload(self.inner.upload(key), before, after)
+__all__ = ["OPEN_MARKER", "STAGING_DIR", "DistributedWrite", "JobFinishedError",
+           "UncommittedFragments", "conform_batch", "plan_write"]
 _MODES = ("create", "append", "overwrite")
 
 
@@ -170,25 +124,14 @@ class DistributedWrite:
     @property
     def staging_dir(self) -> str:
         """Where this write's staging records live (relative to the dataset root)."""
-        return f"{STAGING_DIR}/{self.job_id}"
+        return staging_dir(self.job_id)
 
     def _store(self) -> DatasetStore:
         return open_store(self.uri, self.storage_options)
 
     async def _finish(self, store: DatasetStore, keep: set[str]) -> None:
-        """Close the write: marker, then recorded files not in ``keep``, then records."""
-        with contextlib.suppress(AlanceError):
-            await store.delete(f"{self.staging_dir}/{OPEN_MARKER}")
-        try:
-            records = await store.list(self.staging_dir)
-        except AlanceError:
-            return  # best effort: what stays is never referenced by a version
-        for meta in records:
-            name = meta.path.rsplit("/", 1)[-1]
-            with contextlib.suppress(AlanceError):
-                if name != OPEN_MARKER and name not in keep:
-                    await store.delete(f"{DATA_DIR}/{name}")
-                await store.delete(meta.path)
+        """Close the write (see :func:`finish_job`); ``keep``: data file names to keep."""
+        await finish_job(store, self.job_id, {f"{DATA_DIR}/{name}" for name in keep})
 
     async def write(self, data: Any, schema: pa.Schema | None = None) -> UncommittedFragments:
         """Write ``data`` (anything :func:`alance.write_dataset` takes) into new fragments.
@@ -198,7 +141,7 @@ class DistributedWrite:
         column, raises before anything is reported. On error the files already written are
         deleted. Nothing is committed.
         """
-        store = self._store()
+        store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         if isinstance(data, Iterator) and schema is None:
             first = await asyncio.to_thread(next, data, None)
             if first is None:  # a task without rows writes nothing
@@ -214,21 +157,11 @@ class DistributedWrite:
                 counted[0] += out.num_rows
                 yield out
 
-        recorder: list[_RecordingBackend] = []
-
-        def wrap(inner: Any) -> Any:
-            recorder.append(_RecordingBackend(inner, self, store))
-            return recorder[-1]
-
-        store.wrap_backend(wrap)
         try:
             fragments = await write_fragments(store, self.schema, conformed(), self.params, {},
                                               storage_version=self.data_storage_version)
         except BaseException:
-            # write_fragments deleted the files; their records go too
-            for record in (r for rec in recorder for r in rec.records):
-                with contextlib.suppress(AlanceError):
-                    await store.delete(record)
+            await discard(store, recorder)  # write_fragments deleted the files; records go too
             raise
         return UncommittedFragments(self.job_id,
                                     tuple(f.SerializeToString() for f in fragments), counted[0])
@@ -396,7 +329,7 @@ async def plan_write(uri: str | os.PathLike[str], schema: pa.Schema,
     plan = _planned(base, text_uri, mode, schema, options, params, commit_handler,
                     data_storage_version)
     file_version_of(plan.data_storage_version)  # refuse what alance cannot write, now
-    await store.put(f"{plan.staging_dir}/{OPEN_MARKER}", b"")
+    await open_job(store, plan.job_id)
     return plan
 
 

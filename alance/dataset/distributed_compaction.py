@@ -4,12 +4,16 @@ The driver plans the compaction on one version (:func:`plan_distributed_compacti
 plan as :meth:`alance.LanceDataset.compact_files`); each task rewrites its group of fragments
 into new fragments (:meth:`DistributedCompaction.run`); the driver reserves fragment ids and
 commits ONE Rewrite transaction for all groups (:meth:`DistributedCompaction.commit`).
+Files written by tasks are recorded under the job's staging directory
+(:mod:`alance.dataset.distributed_staging`), so commit and abort also delete what task
+attempts that reported nothing (failed, killed, speculative) wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +21,21 @@ from typing import Any
 from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
-from alance.dataset.compaction import _external_files, _reserve_ids, rewrite_task
+from alance.dataset.compaction import external_files, reserve_fragment_ids, rewrite_task
 from alance.dataset.compaction_plan import CompactionOptions, CompactionTask, plan_compaction
 from alance.dataset.dataset import LanceDataset
+from alance.dataset.distributed_staging import (
+    discard,
+    finish_job,
+    open_job,
+    recording_store,
+    referenced_files,
+)
 from alance.dataset.dml import check_writable
 from alance.dataset.read import ReadContext
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import delete_fragment_files, removed_on_failure
-from alance.errors import AlanceError, InvalidInputError
+from alance.errors import AlanceError, CommitOutcomeUnknownError, InvalidInputError
 from alance.io.uri import open_store
 from alance.transaction.operations import new_rewrite
 
@@ -51,6 +62,7 @@ class DistributedCompaction:
     options: CompactionOptions = field(default_factory=CompactionOptions)
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     commit_handler: str | None = None
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def tasks(self) -> list[int]:
         """The task indexes to run (one per group of fragments; empty: nothing to compact)."""
@@ -66,8 +78,13 @@ class DistributedCompaction:
     async def run(self, index: int) -> CompactionPart:
         """Rewrite group ``index`` into new fragments (nothing committed; removed on error)."""
         group = self._group(index)
-        ctx = ReadContext(open_store(self.uri, self.storage_options), self.snapshot)
-        new = await rewrite_task(ctx, CompactionTask(group), self.options)
+        store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
+        try:
+            new = await rewrite_task(ReadContext(store, self.snapshot), CompactionTask(group),
+                                     self.options)
+        except BaseException:
+            await discard(store, recorder)
+            raise
         return CompactionPart(index, tuple(f.SerializeToString() for f in new))
 
     async def commit(self, parts: Iterable[CompactionPart | None], *,
@@ -87,29 +104,39 @@ class DistributedCompaction:
         handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
         new = {i: p.fragment_protos() for i, p in by_index.items()}
         written = [f for i in self.tasks() for f in new[i]]
-        async with removed_on_failure(store, written, _external_files(written)):
-            ids = iter(await _reserve_ids(store, handler, self.snapshot, len(written),
-                                          max_retries) if written else [])
-            groups = []
-            for i in self.tasks():
-                for frag in new[i]:
-                    frag.id = next(ids)
-                groups.append((self._group(i), new[i]))
-            snap = await commit_transaction(
-                store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
-                data_storage_version=self.snapshot.data_storage_version,
-                max_retries=max_retries)
+        try:
+            async with removed_on_failure(store, written, external_files(written)):
+                ids = iter(await reserve_fragment_ids(store, handler, self.snapshot,
+                                                      len(written), max_retries)
+                           if written else [])
+                groups = []
+                for i in self.tasks():
+                    for frag in new[i]:
+                        frag.id = next(ids)
+                    groups.append((self._group(i), new[i]))
+                snap = await commit_transaction(
+                    store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
+                    data_storage_version=self.snapshot.data_storage_version,
+                    max_retries=max_retries)
+        except CommitOutcomeUnknownError:
+            raise  # the files may be referenced now: keep everything
+        except BaseException:
+            await finish_job(store, self.job_id, set())
+            raise
+        await finish_job(store, self.job_id, referenced_files(snap.fragments))
         return LanceDataset(store, handler, snap)
 
     async def abort(self, parts: Iterable[CompactionPart | None]) -> None:
-        """Delete the files of uncommitted task results (best effort)."""
+        """Delete what the job wrote: the files of ``parts`` and those of task attempts that
+        reported nothing (best effort). Tasks still running fail."""
         store = open_store(self.uri, self.storage_options)
+        await finish_job(store, self.job_id, set())
         for p in parts:
             if p is None:
                 continue
             frags = p.fragment_protos()
             with contextlib.suppress(AlanceError):
-                await _external_files(frags).remove_all(store)
+                await external_files(frags).remove_all(store)
                 await delete_fragment_files(store, frags)
 
 
@@ -128,4 +155,7 @@ async def plan_distributed_compaction(uri: str | os.PathLike[str],
     options = options or CompactionOptions()
     plan = await plan_compaction(store, handler, snap, options)
     groups = tuple(tuple(int(f.id) for f in t.fragments) for t in plan.tasks)
-    return DistributedCompaction(text_uri, snap, groups, options, opts, commit_handler)
+    job = DistributedCompaction(text_uri, snap, groups, options, opts, commit_handler)
+    if groups:  # nothing to compact: no job to finish either
+        await open_job(store, job.job_id)
+    return job

@@ -7,6 +7,10 @@ transaction (:meth:`DistributedDelete.commit`). Concurrent deletes of other rows
 fragments are merged at commit time, as for :meth:`alance.LanceDataset.delete`; a conflict that
 cannot be merged raises, and the job is to be run again on the newest version.
 
+Files written by tasks are recorded under the job's staging directory
+(:mod:`alance.dataset.distributed_staging`), so commit and abort also delete what task
+attempts that reported nothing (failed, killed, speculative) wrote.
+
 UPDATE works the same way in Lance's rewrite-rows mode (:func:`plan_update`): each task also
 writes the matching rows' new values as new fragments; one Update transaction commits all.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +34,13 @@ from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.dataset import LanceDataset
 from alance.dataset.delete import predicate_text
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
+from alance.dataset.distributed_staging import (
+    discard,
+    finish_job,
+    open_job,
+    recording_store,
+    referenced_files,
+)
 from alance.dataset.dml import (
     DeleteResult,
     UpdateResult,
@@ -42,6 +54,7 @@ from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.update import apply_updates, compile_updates
 from alance.dataset.write import delete_fragment_files
 from alance.errors import AlanceError, CommitOutcomeUnknownError, InvalidInputError
+from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_delete, new_update
 
@@ -71,6 +84,7 @@ class DistributedDelete:
     snapshot: Snapshot
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     commit_handler: str | None = None
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def tasks(self, fragments_per_task: int = 1) -> list[list[int]]:
         """The fragment ids of this version in groups, one group per task."""
@@ -82,7 +96,7 @@ class DistributedDelete:
         ids = _checked_ids(self.snapshot, fragment_ids)
         if not ids:
             return DeletionPart()
-        store = open_store(self.uri, self.storage_options)
+        store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         ctx = ReadContext(store, self.snapshot)
         addresses = await _addresses(ctx, self.predicate, ids)
         by_fragment = split_addresses(addresses)
@@ -91,6 +105,7 @@ class DistributedDelete:
             updated, removed = await apply_deletions(ctx, by_fragment, written)
         except BaseException:
             await written.remove_all(store)
+            await discard(store, recorder)
             raise
         return DeletionPart(tuple(f.SerializeToString() for f in updated), tuple(removed),
                             {k: v.astype(np.uint32).tobytes() for k, v in by_fragment.items()},
@@ -111,14 +126,18 @@ class DistributedDelete:
             raise
         except BaseException:
             await written.remove_all(store)
+            await finish_job(store, self.job_id, set())
             raise
         await written.remove_unreferenced(store, new.fragments)
+        await finish_job(store, self.job_id, referenced_files(new.fragments))
         return DeleteResult(LanceDataset(store, handler, new),
                             sum(len(v) for v in affected.values()))
 
     async def abort(self, parts: Iterable[DeletionPart | None]) -> None:
-        """Delete the deletion files of uncommitted task results (best effort)."""
+        """Delete the deletion files of the job: those of ``parts`` and those of task attempts
+        that reported nothing (best effort). Tasks still running fail."""
         store = open_store(self.uri, self.storage_options)
+        await finish_job(store, self.job_id, set())
         for p in parts:
             for path in p.written if p is not None else ():
                 with contextlib.suppress(AlanceError):
@@ -180,7 +199,9 @@ async def plan_delete(uri: str | os.PathLike[str], predicate: str, *,
     check_writable(snap)
     text = predicate_text(predicate)
     Scanner(ReadContext(store, snap), columns=[], filter=text)
-    return DistributedDelete(text_uri, text, snap, options, commit_handler)
+    plan = DistributedDelete(text_uri, text, snap, options, commit_handler)
+    await open_job(store, plan.job_id)
+    return plan
 
 
 # -- UPDATE -----------------------------------------------------------------------------------
@@ -208,6 +229,7 @@ class DistributedUpdate:
     snapshot: Snapshot
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     commit_handler: str | None = None
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def tasks(self, fragments_per_task: int = 1) -> list[list[int]]:
         """The fragment ids of this version in groups, one group per task."""
@@ -219,7 +241,14 @@ class DistributedUpdate:
         ids = _checked_ids(self.snapshot, fragment_ids)
         if not ids:
             return UpdatePart()
-        store = open_store(self.uri, self.storage_options)
+        store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
+        try:
+            return await self._run(store, ids)
+        except BaseException:
+            await discard(store, recorder)
+            raise
+
+    async def _run(self, store: DatasetStore, ids: list[int]) -> UpdatePart:
         ctx = ReadContext(store, self.snapshot)
         compiled = compile_updates(self.snapshot.schema, self.updates)
         target = self.snapshot.schema.to_arrow()
@@ -269,14 +298,18 @@ class DistributedUpdate:
         except BaseException:
             await written.remove_all(store)
             await delete_fragment_files(store, new_fragments)
+            await finish_job(store, self.job_id, set())
             raise
         await written.remove_unreferenced(store, new.fragments)
+        await finish_job(store, self.job_id, referenced_files(new.fragments))
         return UpdateResult(LanceDataset(store, handler, new),
                             sum(len(v) for v in affected.values()))
 
     async def abort(self, parts: Iterable[UpdatePart | None]) -> None:
-        """Delete what uncommitted task results wrote (best effort)."""
+        """Delete what the job wrote: the files of ``parts`` and those of task attempts that
+        reported nothing (best effort). Tasks still running fail."""
         store = open_store(self.uri, self.storage_options)
+        await finish_job(store, self.job_id, set())
         for p in parts:
             if p is None:
                 continue
@@ -305,4 +338,6 @@ async def plan_update(uri: str | os.PathLike[str], updates: Mapping[str, Any],
     if isinstance(where, str) and not where.strip():
         where = None
     Scanner(ReadContext(store, snap), columns=[], filter=where)
-    return DistributedUpdate(text_uri, dict(updates), where, snap, options, commit_handler)
+    plan = DistributedUpdate(text_uri, dict(updates), where, snap, options, commit_handler)
+    await open_job(store, plan.job_id)
+    return plan

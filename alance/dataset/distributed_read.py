@@ -62,8 +62,10 @@ class RangeScanner(Scanner):
             projected = {f.name for f in self.projection}
             self._filter_names = set(names)
             self._filter_system = []
-            self.read_fields = self.projection + [ctx.schema.field(n) for n in names
-                                                  if n not in projected]
+            extra = [ctx.schema.field(n) for n in names if n not in projected]
+            self.read_fields = self.projection + extra
+            # what a filtered scan reads before the filter (the rest only for matching rows)
+            self._filter_fields = extra + [f for f in self.projection if f.name in names]
 
     def _plan_fragments(self) -> tuple[list[table_pb2.DataFragment], int]:
         return self.fragments, 0

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from alance._proto import table_pb2
 from alance.dataset.data_file import DataFileReader
+from alance.dataset.json_columns import is_json, text_view, to_text_column
 from alance.dataset.snapshot import Snapshot
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.deletion import DeletionFileKind, decode_deletion_file, deletion_file_path
@@ -22,6 +23,7 @@ from alance.format.legacy.decode import read_dictionary_values
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceField, LanceSchema
+from alance.format.v2.blob import descriptor_schema
 from alance.io.store import DatasetStore
 
 TOMBSTONE_FIELD_ID = -2
@@ -30,10 +32,19 @@ TOMBSTONE_FIELD_ID = -2
 class ReadContext:
     """Per-version read state shared by scans and takes of one dataset object."""
 
-    def __init__(self, store: DatasetStore, snapshot: Snapshot) -> None:
+    def __init__(self, store: DatasetStore, snapshot: Snapshot, *,
+                 user_view: bool = False) -> None:
+        """``user_view``: read columns as users see them, as pylance returns them: blob
+        columns as their descriptors, JSON columns as ``arrow.json`` text. Without it (paths
+        that rewrite rows) JSON columns read as their JSONB bytes and blob columns are
+        refused."""
         self.store = store
         self.snapshot = snapshot
-        self.schema = snapshot.schema
+        self.schema = (text_view(descriptor_schema(snapshot.schema)) if user_view
+                       else snapshot.schema)
+        #: Stored JSON fields by id, when they are read as text.
+        self._json_text = ({f.id: f for f in snapshot.schema.fields if is_json(f)}
+                           if user_view else {})
         self._files: dict[str, DataFileReader] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
         self._dictionaries: dict[int, pa.Array] | None = None
@@ -95,6 +106,14 @@ class ReadContext:
         self._deletions[fragment.id] = offsets
         return offsets
 
+    def stored_field(self, field: LanceField) -> LanceField:
+        """The field as the data files hold it (a JSON text field's JSONB field)."""
+        return self._json_text.get(field.id, field)
+
+    def reads_json_text(self, field: LanceField) -> bool:
+        """Whether ``field`` is read as JSON text converted from stored JSONB."""
+        return field.id in self._json_text
+
     def fragment(self, fragment: table_pb2.DataFragment) -> FragmentReader:
         """A reader for one fragment of this version."""
         return FragmentReader(self, fragment)
@@ -140,7 +159,8 @@ class FragmentReader:
         return await self.ctx.data_file(data_file, self._file_schema(data_file))
 
     def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
-        return self.ctx.schema.with_ids(f for f in data_file.fields if f != TOMBSTONE_FIELD_ID)
+        return self.ctx.snapshot.schema.with_ids(f for f in data_file.fields
+                                                 if f != TOMBSTONE_FIELD_ID)
 
     async def row_group_bounds(self) -> np.ndarray:
         """Row offsets where the first data file's row groups start (plus the end)."""
@@ -161,7 +181,8 @@ class FragmentReader:
                     f"fragment {self.id}: a data file returned {batch.num_rows} rows, "
                     f"expected {num_rows}")
             for f, col in zip(fields, batch.columns, strict=True):
-                columns[f.id] = col
+                columns[f.id] = (await to_text_column(col) if self.ctx.reads_json_text(f)
+                                 else col)
         if not projection:  # no columns, but still ``num_rows`` rows
             return pa.RecordBatch.from_arrays([pa.nulls(num_rows)], ["_"]).select([])
         arrays = [columns[f.id] if f.id in columns else pa.nulls(num_rows, f.data_type)
@@ -175,7 +196,7 @@ class FragmentReader:
         parts = []
         for data_file, fields in self._owners(projection):
             reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
-            sub = LanceSchema(fields)
+            sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
             parts.append((fields, reader.read_range(sub, start, end)))
         return await self._assemble(projection, end - start, parts)
 
@@ -185,6 +206,6 @@ class FragmentReader:
         parts = []
         for data_file, fields in self._owners(projection):
             reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
-            sub = LanceSchema(fields)
+            sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
             parts.append((fields, reader.read_rows(sub, offsets)))
         return await self._assemble(projection, len(offsets), parts)

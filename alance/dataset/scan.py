@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import acero
 
 from alance._proto import table_pb2
 from alance.dataset.data_file import chunk_rows_for
@@ -48,6 +49,28 @@ def as_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
                and not isinstance(col.type, pa.BaseExtensionType) else col
                for f, col in zip(schema, batch.columns, strict=True)]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _filter_batch(batch: pa.RecordBatch, expression: pc.Expression) -> pa.RecordBatch:
+    """The rows of ``batch`` where ``expression`` holds, in order.
+
+    Evaluated by Acero on the calling thread: a chunk's filter is a small job, and handing
+    it to Arrow's thread pool costs more than it saves on a busy machine.
+    """
+    plan = acero.Declaration.from_sequence([
+        acero.Declaration("table_source",
+                          acero.TableSourceNodeOptions(pa.Table.from_batches([batch]))),
+        acero.Declaration("filter", acero.FilterNodeOptions(expression))])
+    result = plan.to_table(use_threads=False)
+    if result.num_rows == 0:
+        return batch.slice(0, 0)
+    return result.combine_chunks().to_batches()[0]
+
+
+def _joined(head: pa.RecordBatch, tail: pa.RecordBatch) -> pa.RecordBatch:
+    """``head`` with the columns of ``tail`` (same rows) appended."""
+    return pa.RecordBatch.from_arrays([*head.columns, *tail.columns],
+                                      schema=pa.schema([*head.schema, *tail.schema]))
 
 
 @dataclass(frozen=True)
@@ -110,8 +133,18 @@ class Scanner:
         extra = [schema.field(n) for n in filter_names
                  if n not in SYSTEM_COLUMNS and n not in names]
         self.read_fields = self.projection + extra
+        #: The fields a filtered scan reads first (the rest only for rows that pass).
+        self._filter_fields = extra + [f for f in self.projection if f.name in self._filter_names]
         if chunk_rows == DEFAULT_CHUNK_ROWS and limit is None:  # narrow rows: bigger chunks
             self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows)
+        #: Rows per read of the other projected columns of a filtered scan (bounds memory).
+        self._rest_rows = self.chunk_rows
+        if self.filter is not None and chunk_rows == DEFAULT_CHUNK_ROWS and limit is None \
+                and self._filter_fields:
+            # The filter phase reads only the filter columns: size its chunks by those, so a
+            # selective filter pays per-chunk costs (requests, plan steps, takes) few times.
+            self.chunk_rows = max(self.chunk_rows,
+                                  chunk_rows_for(self._filter_fields, self.chunk_rows))
         if fragments is None:
             self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
         else:
@@ -168,8 +201,9 @@ class Scanner:
                 for a, b in parts:
                     yield _Chunk(reader, a, b)
 
-    async def _read_chunk(self, chunk: _Chunk) -> pa.RecordBatch:
-        """The result rows of one chunk: deletions removed, filter applied, projected."""
+    async def _read_chunk(self, chunk: _Chunk) -> list[pa.RecordBatch]:
+        """The result rows of one chunk (one or more batches, in order): deletions removed,
+        filter applied, projected."""
         fragment = chunk.fragment
         offsets = np.arange(chunk.start, chunk.end, dtype=np.uint64)
         deleted = await self.ctx.deleted_offsets(fragment.fragment)
@@ -181,39 +215,47 @@ class Scanner:
             batch = await fragment.read_range(self.read_fields, chunk.start, chunk.end)
             if keep is not None:
                 batch = batch.filter(pa.array(keep))
-            return await self._finish(batch, fragment, offsets)
+            return [await self._finish(batch, fragment, offsets)]
         # Late materialisation: evaluate the filter on its own columns first, then fetch the
         # other projected columns only for the rows that pass (when few do).
-        filter_fields = self.read_fields[len(self.projection):] + [
-            f for f in self.projection if f.name in self._filter_names]
         rest = [f for f in self.projection if f.name not in self._filter_names]
-        head = await fragment.read_range(filter_fields, chunk.start, chunk.end)
+        head = await fragment.read_range(self._filter_fields, chunk.start, chunk.end)
         if keep is not None:
             head = head.filter(pa.array(keep))
         head = await self._with_system_columns(head, fragment, offsets)
-        positions = pa.array(np.arange(len(offsets), dtype=np.int64))
-        head = pa.RecordBatch.from_arrays([*head.columns, positions],
-                                          schema=head.schema.append(pa.field(_POSITION,
-                                                                             pa.int64())))
+        if rest:  # remember where each row came from, to fetch its other columns
+            positions = pa.array(np.arange(len(offsets), dtype=np.int64))
+            head = pa.RecordBatch.from_arrays([*head.columns, positions],
+                                              schema=head.schema.append(
+                                                  pa.field(_POSITION, pa.int64())))
         try:
-            selected = head.filter(self.filter)
+            selected = _filter_batch(head, self.filter)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
+        names = self.output_schema.names
+        if not rest:
+            return [selected.select(names)]
         positions = selected.column(_POSITION).to_numpy()
-        if rest and selected.num_rows:
-            if selected.num_rows * 4 < chunk.end - chunk.start:
-                tail = await fragment.read_rows(rest, offsets[positions].astype(np.int64))
-            else:
-                tail = await fragment.read_range(rest, chunk.start, chunk.end)
-                if keep is not None:
-                    tail = tail.filter(pa.array(keep))
-                tail = tail.take(pa.array(positions))
-            for field, column in zip(tail.schema, tail.columns, strict=True):
-                selected = selected.append_column(field, column)
-        elif rest:
+        if not selected.num_rows:
             for f in rest:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
-        return selected.select(self.output_schema.names)
+            return [selected.select(names)]
+        physical = offsets[positions].astype(np.int64)
+        if selected.num_rows * 4 < chunk.end - chunk.start:
+            tail = await fragment.read_rows(rest, physical)
+            return [_joined(selected, tail).select(names)]
+        # Many rows pass: read the other columns by range, a bounded number of rows at a time
+        # (the rows that pass in each piece are a contiguous run of ``selected``).
+        out = []
+        for start in range(chunk.start, chunk.end, self._rest_rows):
+            end = min(chunk.end, start + self._rest_rows)
+            lo, hi = np.searchsorted(physical, [start, end]).tolist()
+            if lo == hi:
+                continue
+            tail = await fragment.read_range(rest, start, end)
+            tail = tail.take(pa.array(physical[lo:hi] - start))
+            out.append(_joined(selected.slice(lo, hi - lo), tail).select(names))
+        return out
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
                                    offsets: np.ndarray) -> pa.RecordBatch:
@@ -234,7 +276,7 @@ class Scanner:
 
     async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
                                 ) -> AsyncGenerator[pa.RecordBatch, None]:
-        pending: list[asyncio.Task[pa.RecordBatch]] = []
+        pending: list[asyncio.Task[list[pa.RecordBatch]]] = []
         chunks = self._chunks(fragments)
         exhausted = False
         try:
@@ -247,7 +289,8 @@ class Scanner:
                     pending.append(asyncio.ensure_future(self._read_chunk(chunk)))
                 if not pending:
                     return
-                yield await pending.pop(0)
+                for batch in await pending.pop(0):
+                    yield batch
         finally:
             for task in pending:
                 task.cancel()

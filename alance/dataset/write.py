@@ -23,6 +23,7 @@ from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
 from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceSchema
+from alance.format.v2.blob import blob_version
 from alance.format.v2.writer import V2FileWriter
 from alance.io.store import DatasetStore
 
@@ -94,6 +95,16 @@ def random_file_name() -> str:
     return "".join(f"{b:08b}" for b in raw[:3]) + raw[3:].hex()
 
 
+def refuse_blob_columns(schema: LanceSchema) -> None:
+    """Raise UnsupportedFeatureError if ``schema`` has a blob column: alance reads blob
+    columns (descriptors, ``take_blobs``) but does not write their out-of-line bytes."""
+    for f in schema.walk():
+        if blob_version(f) is not None:
+            raise UnsupportedFeatureError(
+                f"column {f.name!r} is a blob column; alance does not write blob columns "
+                "yet (it reads them: scans return descriptors, take_blobs the bytes)")
+
+
 async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           batches: AsyncIterator[pa.RecordBatch], params: WriteParams,
                           dictionaries: dict[int, pa.Array] | None = None,
@@ -110,6 +121,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     write are appended, so keys written earlier stay valid and one dictionary serves every
     file. On any error, the files this call wrote are deleted before the error propagates.
     """
+    refuse_blob_columns(schema)
     dictionaries = dictionaries if dictionaries is not None else {}
     fragments: list[table_pb2.DataFragment] = []
     written: list[str] = []

@@ -289,9 +289,10 @@ class LanceSchema:
                     # Lance stores JSON as JSONB bytes (lance.json over large_binary); text
                     # stored under that name would be misread by pylance.
                     raise UnsupportedFeatureError(
-                        f"column {f.name!r}: JSON text columns need Lance's JSONB encoding, "
-                        "which alance does not write yet; store the text as a string column")
+                        f"column {f.name!r}: JSON text must be converted to JSONB first "
+                        "(write_dataset does that for top-level arrow.json columns)")
                 logical = "json"
+                ext_name = ext_name or "lance.json"  # as pylance records JSON fields
             lf = LanceField(
                 id=next_id[0], name=f.name, logical_type=logical, nullable=f.nullable,
                 parent_id=parent_id, metadata=meta, encoding=_default_encoding(dtype),

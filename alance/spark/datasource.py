@@ -15,11 +15,16 @@ returns their metadata; ``commit`` publishes all of them as one version (one App
 Overwrite transaction, retried over concurrent commits); ``abort`` deletes what the tasks
 reported.
 
+Change data feed: ``option("changes_from", a)`` (with ``changes_to`` and ``include_deleted``)
+reads the changes after version ``a`` instead of the rows (see :mod:`alance.spark.changes`).
+
 Options (case-insensitive): ``version`` (read an older version), ``columns`` (comma-separated
-projection), ``pushdown`` (``true``: evaluate Spark's filters in alance),
-``rows_per_partition`` (default 1Mi), ``batch_size``, ``max_rows_per_file``,
-``max_rows_per_group``, ``commit_handler``, ``data_storage_version``; every other option is a
-storage option (``aws_endpoint``, ``aws_region``, ``allow_http``, ...).
+projection; may name the system columns ``_rowid``, ``_rowaddr``, ``_row_created_at_version``,
+``_row_last_updated_at_version``, read as bigint), ``pushdown`` (``true``: evaluate Spark's
+filters in alance), ``rows_per_partition`` (default 1Mi), ``batch_size``,
+``max_rows_per_file``, ``max_rows_per_group``, ``commit_handler``, ``data_storage_version``,
+``changes_from``, ``changes_to``, ``include_deleted``; every other option is a storage option
+(``aws_endpoint``, ``aws_region``, ``allow_http``, ...).
 """
 
 from __future__ import annotations
@@ -44,14 +49,17 @@ from alance import _loop, sync
 from alance.dataset import dataset as _async
 from alance.dataset.distributed import UncommittedFragments
 from alance.dataset.distributed_read import ReadTask, plan_read, scan_task
+from alance.dataset.row_ids import SYSTEM_COLUMNS
 from alance.errors import InvalidInputError, SchemaMismatchError
+from alance.spark.changes import ChangesReader, change_feed, change_schema
 from alance.spark.filters import Converted, combine, convert_filter
 from alance.spark.types import spark_arrow_schema, spark_field, spark_schema, to_spark_batch
 
 #: Options the data source itself understands; all others are storage options.
 OWN_OPTIONS = frozenset({"path", "version", "columns", "pushdown", "rows_per_partition",
                          "batch_size", "max_rows_per_file", "max_rows_per_group", "commit_handler",
-                         "data_storage_version"})
+                         "data_storage_version", "changes_from", "changes_to",
+                         "include_deleted"})
 DEFAULT_ROWS_PER_PARTITION = 1024 * 1024
 #: Rows per Arrow batch handed to Spark: large batches keep per-batch costs small.
 DEFAULT_BATCH_SIZE = 64 * 1024
@@ -65,9 +73,23 @@ def _int_option(options: Mapping[str, Any], name: str, default: int | None) -> i
         number = int(value)
     except (TypeError, ValueError):
         raise InvalidInputError(f"option {name!r} must be an integer, got {value!r}") from None
-    if number < (0 if name == "version" else 1):
+    if number < (0 if name in ("version", "changes_from", "changes_to") else 1):
         raise InvalidInputError(f"option {name!r} must be positive, got {value!r}")
     return number
+
+
+def _bool_option(options: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = str(options.get(name, default)).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidInputError(f"option {name!r} must be true or false, not {value!r}")
+    return value == "true"
+
+
+def _read_field(arrow: pa.Schema, name: str) -> pa.Field:
+    """The Arrow field a read yields for ``name`` (a column or a system column)."""
+    if name in SYSTEM_COLUMNS and name not in arrow.names:
+        return pa.field(name, pa.uint64(), True)
+    return arrow.field(name)
 
 
 def storage_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,9 +118,25 @@ class AlanceDataSource(DataSource):
         ds = getattr(self, "_opened", None)
         if ds is None:
             version = _int_option(self.options, "version", None)
+            if self._changes_from() is not None:
+                version = _int_option(self.options, "changes_to", version)
             ds = _loop.run(_async.open_dataset(_uri(self.options), version,
                                                storage_options=storage_options(self.options)))
             self._opened = ds
+        return ds
+
+    def _changes_from(self) -> int | None:
+        return _int_option(self.options, "changes_from", None)
+
+    def _begin(self) -> _async.LanceDataset | None:
+        """The begin version of a change feed read (None: from the start)."""
+        begin = self._changes_from()
+        if not begin:
+            return None
+        ds = getattr(self, "_opened_begin", None)
+        if ds is None:
+            ds = _loop.run(self._dataset().checkout_version(begin))
+            self._opened_begin = ds
         return ds
 
     def _columns(self) -> list[str]:
@@ -107,34 +145,43 @@ class AlanceDataSource(DataSource):
         if not text:
             return list(names)
         wanted = [c.strip() for c in str(text).split(",") if c.strip()]
-        missing = [c for c in wanted if c not in names]
+        missing = [c for c in wanted if c not in names and c not in SYSTEM_COLUMNS]
         if missing:
             raise InvalidInputError(f"columns {missing} are not in the dataset ({names})")
         return wanted
 
+    def _change_columns(self) -> list[str] | None:
+        return self._columns() if self.options.get("columns") else None
+
     def schema(self) -> T.StructType:
-        """The dataset's columns (or the ``columns`` option's) as Spark types."""
+        """The dataset's columns (or the ``columns`` option's) as Spark types; for a change
+        feed read, the feed's columns."""
+        if self._changes_from() is not None:
+            return change_schema(change_feed(self._begin(), self._dataset(),
+                                             self._change_columns(), True, None))
         arrow = self._dataset().lance_schema.to_arrow()
-        return spark_schema(pa.schema([arrow.field(n) for n in self._columns()]))
+        return spark_schema(pa.schema([_read_field(arrow, n) for n in self._columns()]))
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
         """A reader of ``schema``'s columns (a user schema may name a subset of columns)."""
         ds = self._dataset()
+        if self._changes_from() is not None:
+            return ChangesReader(self._begin(), ds, schema, self._change_columns(),
+                                 _bool_option(self.options, "include_deleted", True),
+                                 _int_option(self.options, "batch_size", DEFAULT_BATCH_SIZE))
         arrow = ds.lance_schema.to_arrow()
         for f in schema.fields:
-            if f.name not in arrow.names:
+            if f.name not in arrow.names and f.name not in SYSTEM_COLUMNS:
                 raise SchemaMismatchError(f"column {f.name!r} is not in the dataset "
                                           f"({arrow.names})")
-            mine = spark_field(arrow.field(f.name))
+            mine = spark_field(_read_field(arrow, f.name))
             if mine.dataType != f.dataType or (mine.nullable and not f.nullable):
                 raise SchemaMismatchError(
                     f"column {f.name!r} reads as {mine.dataType.simpleString()}"
                     f"{'' if mine.nullable else ' NOT NULL'}; the schema given says "
                     f"{f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}")
-        pushdown = str(self.options.get("pushdown", "false")).strip().lower()
-        if pushdown not in ("true", "false"):
-            raise InvalidInputError(f"option 'pushdown' must be true or false, not {pushdown!r}")
-        cls = FilteringReader if pushdown == "true" else AlanceReader
+        pushdown = _bool_option(self.options, "pushdown", False)
+        cls = FilteringReader if pushdown else AlanceReader
         rows = _int_option(self.options, "rows_per_partition", DEFAULT_ROWS_PER_PARTITION)
         return cls(ds, schema, rows or DEFAULT_ROWS_PER_PARTITION,
                    _int_option(self.options, "batch_size", DEFAULT_BATCH_SIZE))

@@ -66,6 +66,17 @@ def write_dataframe(df: Any, uri: str | os.PathLike[str], mode: str = "append",
     return commit_fragments(plan, results)
 
 
+def _run_tasks(spark: Any, plan: Any, tasks: list[Any]) -> list[Any]:
+    """``plan.run`` for every task, one Spark task each; if the job fails, the plan is aborted
+    (which also deletes the files of tasks that finished: see
+    :mod:`alance.dataset.distributed_staging`) and the error raised."""
+    try:
+        return spark.sparkContext.parallelize(tasks, len(tasks)).map(plan.run).collect()
+    except BaseException:
+        plan.abort([])
+        raise
+
+
 def delete_where(spark: Any, uri: str | os.PathLike[str], predicate: str, *,
                  storage_options: Mapping[str, Any] | None = None,
                  fragments_per_task: int = 1) -> DeleteResult:
@@ -75,10 +86,7 @@ def delete_where(spark: Any, uri: str | os.PathLike[str], predicate: str, *,
     groups = plan.tasks(fragments_per_task)
     if not groups:
         return plan.commit([])
-    # A failed task removes what it wrote; if the job fails, the deletion files of tasks that
-    # finished stay behind unreferenced (never part of any version).
-    parts = spark.sparkContext.parallelize(groups, len(groups)).map(plan.run).collect()
-    return plan.commit(parts)
+    return plan.commit(_run_tasks(spark, plan, groups))
 
 
 def update_where(spark: Any, uri: str | os.PathLike[str], updates: Mapping[str, Any],
@@ -91,10 +99,7 @@ def update_where(spark: Any, uri: str | os.PathLike[str], updates: Mapping[str, 
     groups = plan.tasks(fragments_per_task)
     if not groups:
         return plan.commit([])
-    # A failed task removes what it wrote; if the job fails, the deletion files of tasks that
-    # finished stay behind unreferenced (never part of any version).
-    parts = spark.sparkContext.parallelize(groups, len(groups)).map(plan.run).collect()
-    return plan.commit(parts)
+    return plan.commit(_run_tasks(spark, plan, groups))
 
 
 def compact(spark: Any, uri: str | os.PathLike[str], *,
@@ -113,5 +118,4 @@ def compact(spark: Any, uri: str | os.PathLike[str], *,
     tasks = plan.tasks()
     if not tasks:
         return None
-    parts = spark.sparkContext.parallelize(tasks, len(tasks)).map(plan.run).collect()
-    return plan.commit(parts)
+    return plan.commit(_run_tasks(spark, plan, tasks))

@@ -31,6 +31,10 @@ dictionary(index, value)                      the value type (decoded)
 null                                          NullType
 ============================================  ===========================================
 
+System columns (``_rowid``, ``_rowaddr``, ``_row_created_at_version``,
+``_row_last_updated_at_version``; uint64 in alance) are read as LongType: their values stay far
+below 2**63 (a value that did not fit would fail the read, never wrap).
+
 Refused: decimal256 with precision above 38, extension types (e.g. ``lance.bfloat16``), and
 anything else not listed. Writing goes the other way through Spark's own Arrow forms; when
 appending, values are cast to the dataset's column types without loss (an ``int`` column of
@@ -43,6 +47,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from alance.dataset.row_ids import SYSTEM_COLUMNS
 from alance.errors import UnsupportedFeatureError
 
 #: Arrow field metadata key naming an extension type.
@@ -99,6 +104,8 @@ def spark_type(dtype: pa.DataType, where: str = "") -> T.DataType:
 def spark_field(field: pa.Field, prefix: str = "") -> T.StructField:
     """The Spark field for an Arrow field of a dataset schema."""
     where = prefix + field.name
+    if not prefix and field.name in SYSTEM_COLUMNS and pa.types.is_unsigned_integer(field.type):
+        return T.StructField(field.name, T.LongType(), field.nullable)
     meta = field.metadata or {}
     if _EXTENSION_KEY in meta and meta[_EXTENSION_KEY] not in _TRANSPARENT_EXTENSIONS:
         raise UnsupportedFeatureError(

@@ -12,7 +12,7 @@ over values).
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +42,37 @@ def gather_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return out
     if starts.min() < 0 or (starts + lengths).max() > len(data):
         raise CorruptFileError("a buffer range runs past the end of its data")
+    strided = _gather_strided(data, starts, lengths, total)
+    if strided is not None:
+        return strided
     if total >= 64 * len(starts):  # long ranges: copying slices beats index arithmetic
         return np.concatenate([data[s: s + n] for s, n in
                                zip(starts.tolist(), lengths.tolist(), strict=True)])
     ends = np.cumsum(lengths)
     shift = np.repeat(starts - (ends - lengths), lengths)
     return data[np.arange(total, dtype=np.int64) + shift]
+
+
+def _gather_strided(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                    total: int) -> np.ndarray | None:
+    """:func:`gather_ranges` in one strided copy when the ranges (but perhaps the last) have
+    one length and lie a fixed distance apart, as equal-sized mini-blocks do; else None.
+    (The caller has checked that every range lies in ``data``.)"""
+    k = len(starts) - 1  # ranges in the regular part; the last one is copied on its own
+    size, step = int(lengths[0]), int(starts[1] - starts[0])
+    if k < 2 or size <= 0 or step <= 0 or data.ndim != 1:
+        return None
+    if (lengths[:k] != size).any() or (np.diff(starts[:k]) != step).any():
+        return None
+    s0 = int(starts[0])
+    item = data.strides[0]
+    grid = np.lib.stride_tricks.as_strided(data[s0:], shape=(k, size),
+                                           strides=(step * item, item), writeable=False)
+    out = np.empty(total, dtype=data.dtype)
+    out[: k * size].reshape(k, size)[...] = grid
+    last = int(starts[k])
+    out[k * size:] = data[last: last + int(lengths[k])]
+    return out
 
 
 def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -188,21 +213,24 @@ def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
 def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Decompress FSST strings: returns (bytes, int64 offsets)."""
+    table = bytes(table)
     if len(table) >= 8 and not (int.from_bytes(table[:8], "little") >> 24) & 1:
         # The encoder was switched off (too little data): the bytes are stored as they are.
         if int.from_bytes(table[:8], "little") >> 32 != 0x46535354:
             raise CorruptFileError("FSST symbol table has a bad magic number")
         return data, np.asarray(offsets, dtype=np.int64)
     expand, length = fsst_symbols(table)
-    codes = data.astype(np.int32)
-    n = len(codes)
+    n = len(data)
     if n == 0:
         return data[:0], np.zeros(len(offsets), dtype=np.int64)
     # Escapes: in each maximal run of 255 bytes, every other byte from the first is an escape
     # and the byte after an escape is a literal.
     is_ff = data == 255
     if not is_ff.any():
-        return _fsst_expand(expand, length, codes, offsets)
+        if n >= PAIR_DECODE_CODES:
+            return _fsst_expand_pairs(table, data, offsets)
+        return _fsst_expand(expand, length, data.astype(np.int32), offsets)
+    codes = data.astype(np.int32)
     run_start = is_ff & ~np.concatenate(([False], is_ff[:-1]))
     run_id = np.cumsum(run_start)
     first = np.flatnonzero(run_start)
@@ -235,6 +263,64 @@ def _fsst_expand(expand: np.ndarray, length: np.ndarray, row: np.ndarray,
     out = np.frombuffer(taken.buffers()[2], dtype=np.uint8, count=total) if total else \
         np.zeros(0, np.uint8)
     return out, code_ends[offs].astype(np.int64)
+
+
+#: FSST data of at least this many codes (and no escapes) is expanded two codes at a time.
+PAIR_DECODE_CODES = 1 << 16
+
+
+@lru_cache(maxsize=8)
+def _fsst_pair_table(table: bytes) -> tuple[pa.Array, np.ndarray]:
+    """The expansion of every pair of codes (no escapes) as a binary array indexed by
+    ``first + 256 * second`` (two code bytes read as one little-endian u16), and the
+    length of each single code's expansion."""
+    expand, length = fsst_symbols(table)
+    lens = length[:256]
+    first = np.arange(1 << 16) & 255
+    second = np.arange(1 << 16) >> 8
+    pair = np.zeros((1 << 16, 16), dtype=np.uint8)
+    pair[:, :8] = expand[first]
+    # The second expansion starts where the first ends: place its bytes there.
+    take = np.arange(8)[None, :] < lens[second][:, None]
+    rows = np.broadcast_to(np.arange(1 << 16)[:, None], take.shape)[take]
+    cols = (lens[first][:, None] + np.arange(8)[None, :])[take]
+    pair[rows, cols] = expand[second][take]
+    total = lens[first] + lens[second]
+    offsets = np.concatenate(([0], np.cumsum(total))).astype(np.int32)
+    data = pair[np.arange(16)[None, :] < total[:, None]]
+    arr = pa.Array.from_buffers(pa.binary(), 1 << 16, [None, pa.py_buffer(offsets),
+                                                        pa.py_buffer(data)])
+    return arr, lens
+
+
+def _fsst_expand_pairs(table: bytes, data: np.ndarray, offsets: np.ndarray,
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_fsst_expand` for escape-free data, two codes per lookup (half the work)."""
+    pairs, lens = _fsst_pair_table(table)
+    n = len(data)
+    offs = np.asarray(offsets, dtype=np.int64)
+    if len(offs) and (offs.min() < 0 or offs.max() > n):
+        raise CorruptFileError("FSST offsets point outside the data")
+    even = n - (n & 1)
+    index = np.ascontiguousarray(data[:even]).view("<u2")
+    if 16 * len(index) >= 2**31 - 1:
+        pairs = pairs.cast(pa.large_binary())
+    taken = pairs.take(pa.array(index))
+    large = pa.types.is_large_binary(taken.type)
+    pair_ends = np.frombuffer(taken.buffers()[1], dtype=np.int64 if large else np.int32,
+                              count=len(index) + 1)
+    total = int(pair_ends[-1])
+    out = (np.frombuffer(taken.buffers()[2], dtype=np.uint8, count=total) if total
+           else np.zeros(0, np.uint8))
+    if n & 1:  # an odd code count: the last code on its own
+        expand, _ = fsst_symbols(table)
+        out = np.concatenate((out, expand[data[-1], : lens[data[-1]]]))
+    # A string boundary after code c lies at the end of pair c // 2, plus the expansion of
+    # code c - 1 when c is odd (it opens the next pair).
+    ends = pair_ends[offs >> 1].astype(np.int64)
+    odd = np.flatnonzero(offs & 1)
+    ends[odd] += lens[data[offs[odd] - 1]]
+    return out, ends
 
 
 def _zstd_content_size(buf: bytes) -> int | None:

@@ -15,7 +15,14 @@ import pyarrow as pa
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.schema import LanceField
-from alance.format.v2.blocks import Block, Fixed, Variable, concat_blocks, to_arrow
+from alance.format.v2.blocks import (
+    Block,
+    Fixed,
+    StructValues,
+    Variable,
+    concat_blocks,
+    to_arrow,
+)
 from alance.format.v2.levels import Layer
 
 
@@ -58,6 +65,13 @@ def concat_leaves(parts: list[LeafData]) -> LeafData:
     return LeafData(layers, concat_blocks([p.values for p in parts]))
 
 
+def _fixed_width(dtype: pa.DataType) -> bool:
+    try:
+        return bool(dtype.bit_width)
+    except ValueError:
+        return False
+
+
 def empty_block(dtype: pa.DataType, n: int) -> Block:
     """``n`` placeholder values (zeros / empty strings) of ``dtype``."""
     storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
@@ -73,6 +87,13 @@ def empty_block(dtype: pa.DataType, n: int) -> Block:
     if pa.types.is_fixed_size_list(storage):
         width = storage.list_size * storage.value_type.bit_width // 8
         return Fixed(np.zeros((n, width), np.uint8), width * 8)
+    if pa.types.is_struct(storage) and not all(_fixed_width(f.type) for f in storage):
+        # a packed struct with variable-width fields (e.g. blob v2 descriptors)
+        kids = [empty_block(f.type, n) for f in storage]
+        flat = [k for k in kids if isinstance(k, (Fixed, Variable))]
+        if len(flat) != len(kids):
+            raise UnsupportedFeatureError("packed struct fields must not be structs")
+        return StructValues(flat, n)
     if pa.types.is_struct(storage):  # a packed struct
         width = sum(f.type.bit_width for f in storage) // 8
         return Fixed(np.zeros((n, width), np.uint8), width * 8)

@@ -310,13 +310,29 @@ def chunk_starts_in(ranges_data: list[np.ndarray], state: MiniBlockState, chunks
                     gap: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate the ranges fetched for :func:`chunk_ranges` (same ``gap``) and locate each
     chunk inside the result."""
-    data = np.concatenate(ranges_data) if len(ranges_data) != 1 else ranges_data[0]
     if len(chunks) == 0:
+        data = np.concatenate(ranges_data) if len(ranges_data) != 1 else ranges_data[0]
         return data, np.zeros(0, np.int64)
     g_start, g_end = _chunk_groups(state, chunks, gap)
-    base = np.concatenate(([0], np.cumsum(g_end - g_start)[:-1]))
     pos = state.positions[chunks]
     group = np.searchsorted(g_start, pos, side="right") - 1
+    if len(ranges_data) == 1:
+        return ranges_data[0], (pos - g_start[group]).astype(np.int64)
+    sizes = state.sizes[chunks]
+    if 2 * int(sizes.sum()) < int((g_end - g_start).sum()):
+        # The ranges hold mostly bytes between the chunks (read to save requests): copy out
+        # just the chunks rather than everything.
+        if len(ranges_data) != len(g_start):
+            raise CorruptFileError("mini-block chunk ranges do not match their data")
+        rel = (pos - g_start[group]).tolist()
+        parts = [ranges_data[g][r: r + n] for g, r, n in
+                 zip(group.tolist(), rel, sizes.tolist(), strict=True)]
+        data = np.concatenate(parts)
+        if len(data) != int(sizes.sum()):
+            raise CorruptFileError("mini-block chunk is truncated")
+        return data, np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    data = np.concatenate(ranges_data)
+    base = np.concatenate(([0], np.cumsum(g_end - g_start)[:-1]))
     return data, (pos - g_start[group] + base[group]).astype(np.int64)
 
 

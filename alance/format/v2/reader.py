@@ -10,6 +10,7 @@ repetition indexes) is kept on the opened file and reused by later reads.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,7 +25,8 @@ from alance.errors import (
 )
 from alance.format.legacy.plan import Plan, coalesced, gather
 from alance.format.schema import LanceField, LanceSchema
-from alance.format.v2 import fullzip, miniblock
+from alance.format.v2 import blob, fullzip, miniblock
+from alance.format.v2.blocks import to_arrow
 from alance.format.v2.compressive import block_values
 from alance.format.v2.container import PageInfo, V2File
 from alance.format.v2.leaf import (
@@ -36,7 +38,7 @@ from alance.format.v2.leaf import (
     is_blob,
     leaves_of,
 )
-from alance.format.v2.levels import plan_levels, row_starts, unravel, visible_mask
+from alance.format.v2.levels import Layer, plan_levels, row_starts, unravel, visible_mask
 from alance.format.v2.v20 import Rows20, read_field20
 
 T = TypeVar("T")
@@ -170,6 +172,10 @@ def _read_constant(page: PageInfo, layout: pb.ConstantLayout, rows: Rows,
     if value is None and len(bufs) > nlev:
         value_buf = bufs[0]
         bufs = bufs[1:]
+    if len(bufs) > nlev:
+        # Raw levels may come as a repetition buffer then a definition buffer, the unused one
+        # stored empty (pylance 14 does this for a flat nullable column).
+        bufs = [b for b in bufs if b[1] > 0]
     if len(bufs) < nlev:
         if raw_def and not raw_rep and not bufs:
             nlev, raw_def = 0, False  # nothing stored: every item is null
@@ -268,7 +274,35 @@ def _read_page(file: V2File, key: tuple[int, int], page: PageInfo, rows: Rows,
         return (yield from _read_fullzip(file, key, page, enc.full_zip_layout, rows))
     if which == "constant_layout":
         return (yield from _read_constant(page, enc.constant_layout, rows, dtype))
+    if which == "blob_layout":
+        return (yield from _read_blob_page(file, key, page, enc.blob_layout, rows, dtype))
     raise UnsupportedFeatureError(f"page layout {which!r} is not supported yet")
+
+
+def _read_blob_page(file: V2File, key: tuple[int, int], page: PageInfo,
+                    layout: pb.BlobLayout, rows: Rows, dtype: pa.DataType) -> Plan[LeafData]:
+    """A 2.1 blob v1 page: packed (position, size) descriptors in an inner layout, nulls
+    marked inside them (see :mod:`alance.format.v2.blob`)."""
+    if dtype != blob.STORED_V1:
+        raise CorruptFileError("a blob page in a column that is not a blob column")
+    inner = PageInfo(page.num_rows, page.first_row, page.buffers, layout.inner_layout)
+    data = yield from _read_page(file, key, inner, rows, dtype)
+    if len(data.layers) != 1:
+        raise UnsupportedFeatureError("nested blob columns are not supported")
+    valid = blob.v1_validity_from_smuggled(to_arrow(data.values, dtype, None))
+    layer = Layer(None if valid.all() else valid, None, data.layers[0].size)
+    return LeafData([layer], data.values)
+
+
+def _read_blob_column(file: V2File, column: int, field: LanceField,
+                      rows: Rows) -> Plan[pa.Array]:
+    """The descriptors of a blob column (``field`` from :func:`blob.descriptor_field`)."""
+    stored_type = blob.stored_type(field)
+    data = yield from read_leaf(file, column, stored_type, rows)
+    if len(data.layers) != 1:
+        raise UnsupportedFeatureError("nested blob columns are not supported")
+    stored = to_arrow(data.values, stored_type, None)
+    return blob.descriptor_array(field, stored, data.layers[0].valid)
 
 
 #: Low-level errors that, raised while decoding, can only mean the bytes are malformed.
@@ -334,17 +368,32 @@ class V2FileReader:
 
     def _plan(self, fields: list[LanceField], rows: Rows) -> Plan[pa.RecordBatch]:
         for f in fields:
-            if is_blob(f):
+            nested = next((g for g in f.walk() if g is not f and is_blob(g)), None)
+            if nested is not None and not blob.is_descriptor_field(f):
                 raise UnsupportedFeatureError(
-                    f"column {f.name!r} is a blob column; reading blob columns is not "
-                    "supported yet (project the other columns)")
+                    f"column {f.name!r} holds blob column {nested.name!r}; blob columns "
+                    "inside other columns are not supported")
+            if is_blob(f) and not blob.is_descriptor_field(f):
+                raise UnsupportedFeatureError(
+                    f"column {f.name!r} is a blob column: datasets return its descriptors "
+                    "and take_blobs its bytes; operations that rewrite rows of blob columns "
+                    "are not supported")
         if rows.count == 0:
             return _empty_batch(fields)
         if self.file.version == (2, 0):
             return (yield from self._plan20(fields, rows))
-        plans: list[Plan[LeafData]] = []
+        plans: list[Plan[Any]] = []
         ids: list[int] = []
+        blobs: dict[int, int] = {}  # field id -> index in plans
         for f in fields:
+            if blob.is_descriptor_field(f):
+                col = self.columns.get(f.id)
+                if col is None or col < 0:
+                    raise CorruptFileError(f"blob field {f.name!r} (id {f.id}) has no column "
+                                           "in the data file")
+                blobs[f.id] = len(plans)
+                plans.append(_read_blob_column(self.file, col, f, rows))
+                continue
             for leaf in leaves_of(f):
                 col = self.columns.get(leaf.id)
                 if col is None or col < 0:
@@ -353,8 +402,11 @@ class V2FileReader:
                 ids.append(leaf.id)
                 plans.append(read_leaf(self.file, col, leaf.data_type, rows))
         datas = yield from gather(plans)
+        blob_arrays = {fid: datas[i] for fid, i in blobs.items()}
+        datas = [d for i, d in enumerate(datas) if i not in set(blobs.values())]
         leaves: dict[int, Any] = dict(zip(ids, datas, strict=True))
-        arrays = [build_array(f, leaves) for f in fields]
+        arrays = [blob_arrays[f.id] if f.id in blob_arrays else build_array(f, leaves)
+                  for f in fields]
         schema = pa.schema([f.to_arrow() for f in fields])
         if not fields:
             return pa.RecordBatch.from_arrays([pa.nulls(rows.count)], ["_"]).select([])
@@ -365,8 +417,14 @@ class V2FileReader:
 
     def _plan20(self, fields: list[LanceField], rows: Rows) -> Plan[pa.RecordBatch]:
         sel = Rows20(rows.lo, rows.hi, rows.wanted)
+        # Blob descriptors are a packed (position, size) struct in 2.0 files.
+        read_as = [replace(f, metadata={**f.metadata, blob.PACKED_META_KEY: b"true"},
+                           children=[replace(c, nullable=False) for c in f.children])
+                   if blob.is_descriptor_field(f) else f for f in fields]
         arrays = yield from gather([read_field20(self.file, f, self.columns, sel)
-                                    for f in fields])
+                                    for f in read_as])
+        arrays = [blob.descriptor_array(f, a, None) if blob.is_descriptor_field(f) else a
+                  for f, a in zip(fields, arrays, strict=True)]
         for a in arrays:
             if len(a) != rows.count:
                 raise CorruptFileError(f"decoded {len(a)} rows, expected {rows.count}")

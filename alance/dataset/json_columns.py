@@ -1,0 +1,112 @@
+"""JSON columns: text for users, JSONB in files (as pylance does).
+
+Writing: top-level ``arrow.json`` columns (JSON text over utf8 / large_utf8) become Lance
+``json`` columns; their values are converted to JSONB (:mod:`alance.format.jsonb`) before
+they reach the file writer. Reading: scans and takes of a dataset return ``json`` columns as
+``arrow.json`` text (:func:`text_view` gives the fields users see; the fragment reader reads
+the stored field and converts with :func:`to_text_column`).
+
+The conversion is per value (see :mod:`alance.format.jsonb`); columns of more than
+:data:`OFFLOAD_BYTES` are converted on a worker thread so the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pyarrow as pa
+
+from alance.format import jsonb
+from alance.format.schema import EXT_META_KEY, EXT_NAME_KEY, LanceField, LanceSchema
+
+ARROW_JSON = "arrow.json"
+LANCE_JSON = "lance.json"
+#: Columns with more value bytes than this convert on a worker thread.
+OFFLOAD_BYTES = 256 * 1024
+
+
+def _is_text_json(field: pa.Field) -> bool:
+    """Whether an Arrow field holds JSON *text* (to be stored as JSONB)."""
+    dtype = field.type
+    if isinstance(dtype, pa.JsonType):
+        return True
+    name = (field.metadata or {}).get(EXT_NAME_KEY.encode())
+    return name in (ARROW_JSON.encode(), LANCE_JSON.encode()) and (
+        pa.types.is_string(dtype) or pa.types.is_large_string(dtype))
+
+
+def storage_field(field: pa.Field) -> pa.Field:
+    """The Arrow field a JSON text field is written as: JSONB bytes named ``lance.json``."""
+    meta = {k: v for k, v in (field.metadata or {}).items()
+            if k not in (EXT_NAME_KEY.encode(), EXT_META_KEY.encode())}
+    meta[EXT_NAME_KEY.encode()] = LANCE_JSON.encode()
+    meta[EXT_META_KEY.encode()] = b""
+    return pa.field(field.name, pa.large_binary(), field.nullable, meta)
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its top-level JSON text fields as :func:`storage_field` (others as
+    they are)."""
+    if not any(_is_text_json(f) for f in schema):
+        return schema
+    return pa.schema([storage_field(f) if _is_text_json(f) else f for f in schema],
+                     metadata=schema.metadata)
+
+
+def _encode_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    arrays = [jsonb.array_from_text(col) if _is_text_json(f) else col
+              for f, col in zip(batch.schema, batch.columns, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+async def as_jsonb(schema: pa.Schema, batches: AsyncIterator[pa.RecordBatch],
+                   ) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch]]:
+    """The schema and batches to write for input with JSON text columns (their values as
+    JSONB); input without any is returned as it is."""
+    target = storage_schema(schema)
+    if target is schema:
+        return schema, batches
+
+    async def converted() -> AsyncIterator[pa.RecordBatch]:
+        async for batch in batches:
+            if batch.nbytes > OFFLOAD_BYTES:
+                yield await asyncio.to_thread(_encode_batch, batch, target)
+            else:
+                yield _encode_batch(batch, target)
+
+    return target, converted()
+
+
+# -- reading -----------------------------------------------------------------------------------
+def is_json(field: LanceField) -> bool:
+    """Whether a stored field is a Lance JSON (JSONB) column."""
+    return field.logical_type == "json"
+
+
+def text_field(field: LanceField) -> LanceField:
+    """The field users see for stored JSON field ``field``: ``arrow.json`` text (same id)."""
+    meta = {k: v for k, v in field.metadata.items() if k not in (EXT_NAME_KEY, EXT_META_KEY)}
+    meta[EXT_NAME_KEY] = ARROW_JSON.encode()
+    meta[EXT_META_KEY] = b""
+    return replace(field, logical_type="string", metadata=meta, extension_name="",
+                   children=[])
+
+
+def text_view(schema: LanceSchema) -> LanceSchema:
+    """``schema`` with top-level JSON fields as :func:`text_field` (others unchanged)."""
+    if not any(is_json(f) for f in schema.fields):
+        return schema
+    return replace(schema, fields=[text_field(f) if is_json(f) else f for f in schema.fields])
+
+
+async def to_text_column(column: pa.Array) -> pa.Array:
+    """JSON text of a column of JSONB values (off the event loop when large)."""
+    if column.nbytes > OFFLOAD_BYTES:
+        return await asyncio.to_thread(jsonb.array_to_text, column)
+    return jsonb.array_to_text(column)
+
+
+__all__ = ["as_jsonb", "is_json", "storage_field", "storage_schema", "text_field",
+           "text_view", "to_text_column"]
