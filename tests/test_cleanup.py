@@ -260,3 +260,28 @@ async def test_on_s3_with_pylance(moto_target: S3Target) -> None:
     restored = await result.dataset.restore("trimmed")
     assert len(lance.dataset(uri, storage_options=opts).get_fragments()) == 4
     assert await restored.count_rows() == 70
+
+
+async def test_blob_sidecars_go_with_their_data_file(tmp_path: Path) -> None:
+    big = os.urandom(4 * 1024 * 1024 + 1)  # above pylance's limit for packed blobs: own file
+    schema = pa.schema([pa.field("id", pa.int64()), lance.blob_field("b")])
+
+    def table(first: int) -> pa.Table:
+        return pa.Table.from_arrays([pa.array([first, first + 1], pa.int64()),
+                                     lance.blob_array([b"small", big])], schema=schema)
+
+    ours, theirs = str(tmp_path / "a.lance"), str(tmp_path / "b.lance")
+    lance.write_dataset(table(0), ours)
+    lance.write_dataset(table(10), ours, mode="overwrite")
+    shutil.copytree(ours, theirs)
+    sidecars = {p for p in files(ours) if p.endswith(".blob")}
+    assert len(sidecars) == 2  # one per data file
+    ds = await alance.open_dataset(ours)
+    dry = await ds.cleanup_old_versions(ZERO, dry_run=True)
+    assert len([p for p in dry.removed_paths if p.endswith(".blob")]) == 1
+    await ds.cleanup_old_versions(ZERO)
+    lance.dataset(theirs).cleanup_old_versions(older_than=ZERO)
+    assert files(ours) == files(theirs)
+    assert len({p for p in files(ours) if p.endswith(".blob")}) == 1
+    blobs = lance.dataset(ours).take_blobs("b", indices=[1])
+    assert blobs[0].readall() == big

@@ -344,6 +344,48 @@ def test_fsst_decode_escapes() -> None:
     assert offs.tolist() == [0, 7, 10]
 
 
+def test_chunks_for_rows_follows_rows_across_chunks() -> None:
+    """A row that does not end in its chunk needs the following chunks up to the one where
+    some row ends (chunks where no row starts hold only the middle of a long row)."""
+    from alance.format.v2.miniblock import MiniBlockState, chunks_for_range, chunks_for_rows
+
+    rng = np.random.default_rng(5)
+    n = 400
+    starts = rng.integers(0, 3, n)  # rows starting in each chunk (0: a row's middle)
+    trailer = rng.random(n) < 0.4  # the chunk's last row goes on into the next chunk
+    starts[0] = 1
+    trailer[:-1] |= starts[1:] == 0  # a chunk where no row starts continues the one before
+    trailer[-1] = False
+    first_row = np.concatenate(([0], np.cumsum(starts)))
+    counts = np.full(n, 8)
+    state = MiniBlockState(counts, np.arange(n) * 64, np.full(n, 64), first_row, starts,
+                           trailer, None)
+    rows = np.arange(int(first_row[-1]))
+    # Reference: the chunk where each row starts, then chunks while the row goes on.
+    chunk_of_start = np.repeat(np.arange(n), starts)
+    for r in rows.tolist():
+        c = int(chunk_of_start[r])
+        want = [c]
+        is_last = r == first_row[c + 1] - 1
+        if is_last and trailer[c]:
+            c += 1
+            while c < n:
+                want.append(c)
+                if starts[c] > 0 or not trailer[c]:
+                    break
+                c += 1
+        assert chunks_for_rows(state, np.array([r])).tolist() == want, r
+    picked = np.sort(rng.choice(rows, 50, replace=False))
+    together = chunks_for_rows(state, picked)
+    singles = np.unique(np.concatenate([chunks_for_rows(state, np.array([r]))
+                                        for r in picked.tolist()]))
+    assert together.tolist() == singles.tolist()
+    lo, hi = 37, 290
+    span = chunks_for_range(state, lo, hi)
+    assert span.tolist() == list(range(int(span[0]), int(span[-1]) + 1))
+    assert set(chunks_for_rows(state, np.arange(lo, hi)).tolist()) == set(span.tolist())
+
+
 @pytest.mark.parametrize(("starts", "lengths"), [
     ([0, 10, 20, 30], [6, 6, 6, 6]),  # evenly spaced, equal: one strided copy
     ([3, 13, 23, 33], [6, 6, 6, 2]),  # ... with a short last range

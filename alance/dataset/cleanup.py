@@ -16,7 +16,8 @@ The rules are Lance's, and conservative:
   meanwhile are kept. Manifests go first, then the files, so an interrupted cleanup never
   leaves a version whose files are missing.
 
-Only files in Lance's own directories are considered (``data/*.lance``, ``_deletions/``,
+Only files in Lance's own directories are considered (``data/*.lance`` with their blob
+sidecars ``data/<stem>/*.blob``, which go with their data file, ``_deletions/``,
 ``_transactions/*.txn``, ``_indices/<uuid>/``, ``_rowids/*.rowids``, old
 ``_versions/*.manifest``); tags, the version
 hint and anything unknown are never touched. Datasets with branches are refused (branch
@@ -123,6 +124,8 @@ def _category(path: str) -> str | None:
     """Which kind of Lance file ``path`` is (``None``: not one cleanup may delete)."""
     if path.startswith(f"{DATA_DIR}/") and path.endswith(".lance"):
         return "data"
+    if path.startswith(f"{DATA_DIR}/") and path.endswith(".blob") and path.count("/") == 2:
+        return "blob"
     if path.startswith(f"{DELETIONS_DIR}/") and path.endswith((".arrow", ".bin")):
         return "deletion"
     if path.startswith(f"{TRANSACTIONS_DIR}/") and path.endswith(".txn"):
@@ -134,6 +137,14 @@ def _category(path: str) -> str | None:
     if path.startswith(f"{VERSIONS_DIR}/.tmp"):
         return "temporary"
     return None
+
+
+def _owner(path: str) -> str:
+    """The file whose references keep ``path``: a blob sidecar ``data/<stem>/<id>.blob``
+    belongs to the data file ``data/<stem>.lance``; any other file to itself."""
+    if _category(path) == "blob":
+        return path.rsplit("/", 1)[0] + ".lance"
+    return path
 
 
 class _Cleanup:
@@ -224,9 +235,10 @@ class _Cleanup:
             if uuid in self.kept.index_uuids:
                 return False
             return not maybe_in_flight or uuid in self.verified.index_uuids
-        if meta.path in self.kept.paths:
+        path = _owner(meta.path)
+        if path in self.kept.paths:
             return False
-        return not maybe_in_flight or meta.path in self.verified.paths
+        return not maybe_in_flight or path in self.verified.paths
 
     async def candidates(self) -> list[ObjectMeta]:
         now = dt.datetime.now(dt.UTC)
@@ -243,7 +255,7 @@ class _Cleanup:
         refs = _Refs()
         for _, snap in await self._load_all(fresh):
             refs.add_manifest(snap)
-        return [m for m in found if m.path not in refs.paths and not (
+        return [m for m in found if _owner(m.path) not in refs.paths and not (
             _category(m.path) == "index" and m.path.split("/")[1] in refs.index_uuids)]
 
 
@@ -280,7 +292,8 @@ async def cleanup_old_versions(store: DatasetStore, handler: CommitHandler, snap
     for loc in job.old_manifests:
         manifest_sizes.append(loc.size if loc.size is not None else
                               (await store.head(loc.path)).size)
-    counts = dict.fromkeys(("data", "deletion", "transaction", "index", "rowids", "temporary"), 0)
+    counts = dict.fromkeys(("data", "blob", "deletion", "transaction", "index", "rowids",
+                            "temporary"), 0)
     for meta in files:
         counts[_category(meta.path) or "temporary"] += 1
     paths = [loc.path for loc in job.old_manifests] + [m.path for m in files]

@@ -36,6 +36,8 @@ from alance.dataset.take import take_rows
 from alance.dataset.update import update_rows
 from alance.dataset.write import (
     WriteParams,
+    blob_chunk_bytes,
+    blob_v2_inputs,
     delete_fragment_files,
     dictionary_prelude,
     file_version_of,
@@ -430,6 +432,11 @@ async def write_dataset(
                                  "or mode='overwrite'")
     arrow_schema, batches = await record_batch_stream(data, schema)
     arrow_schema, batches = await as_jsonb(arrow_schema, batches)  # JSON text -> JSONB
+    # Blob v1 input fields become blob v2 columns in 2.2+ datasets (alance.dataset.write).
+    arrow_schema, batches = blob_v2_inputs(arrow_schema, batches, (
+        base.data_storage_version if base is not None and (
+            mode == "append" or data_storage_version is None)
+        else storage_version_for(data_storage_version)))
 
     if base is not None and mode == "append":
         file_version_of(base.data_storage_version)  # refuses versions alance cannot write
@@ -449,7 +456,8 @@ async def write_dataset(
         target = arrow_schema
 
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
-        async for batch in regroup(batches, params.rows_per_chunk):
+        async for batch in regroup(batches, params.rows_per_chunk,
+                                   blob_chunk_bytes(lance_schema)):
             if not batch.schema.equals(target):
                 batch = batch.cast(target)
             yield batch

@@ -106,13 +106,16 @@ def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
-                  ) -> AsyncIterator[pa.RecordBatch]:
+                  max_bytes: int | None = None) -> AsyncIterator[pa.RecordBatch]:
     """Re-chunk a stream into batches of exactly ``rows`` rows (the last may be shorter).
 
-    Large input batches are sliced without copying; small ones are combined.
+    Large input batches are sliced without copying; small ones are combined. ``max_bytes``
+    (blob columns): combined batches are also cut once they hold that many bytes, so
+    batches of large values are not gathered ``rows`` at a time.
     """
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
+    pending_bytes = 0
     async for batch in batches:
         start = 0
         while start < batch.num_rows:
@@ -120,11 +123,15 @@ async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
             if take == rows and not pending:
                 yield batch.slice(start, take)
             else:
-                pending.append(batch.slice(start, take))
+                part = batch.slice(start, take)
+                pending.append(part)
                 pending_rows += take
-                if pending_rows == rows:
+                if max_bytes is not None:
+                    pending_bytes += part.nbytes
+                if pending_rows == rows or (max_bytes is not None
+                                            and pending_bytes >= max_bytes):
                     yield _concat(pending)
-                    pending, pending_rows = [], 0
+                    pending, pending_rows, pending_bytes = [], 0, 0
             start += take
     if pending:
         yield _concat(pending)

@@ -32,6 +32,8 @@ DEFAULT_BATCH_SIZE = 8192
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
 _POSITION = "__alance_position"
+#: Pieces of a filtered chunk's other columns read ahead of the one being finished.
+_REST_READ_AHEAD = 1
 
 
 def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
@@ -78,6 +80,21 @@ class _Chunk:
     fragment: FragmentReader
     start: int
     end: int
+    #: The row ranges to read inside ``start..end`` when statistics left several (else all).
+    parts: tuple[tuple[int, int], ...] | None = None
+
+    def rows(self) -> np.ndarray:
+        """The physical rows the chunk reads."""
+        if self.parts is None:
+            return np.arange(self.start, self.end, dtype=np.uint64)
+        return np.concatenate([np.arange(a, b, dtype=np.uint64) for a, b in self.parts])
+
+    async def read(self, fields: list[LanceField]) -> pa.RecordBatch:
+        """The chunk's rows of ``fields`` (deleted rows included)."""
+        if self.parts is None:
+            return await self.fragment.read_range(fields, self.start, self.end)
+        # One read of every part (pages holding them), not one read per part.
+        return await self.fragment.read_rows(fields, self.rows().astype(np.int64))
 
 
 class Scanner:
@@ -198,6 +215,9 @@ class Scanner:
             for start, end in spans:
                 parts = [(start, end)] if maybe is None or self._pruner is None else (
                     await self._pruner.split(reader, maybe, start, end))
+                if len(parts) > 1:  # pieces of one span that statistics could not skip
+                    yield _Chunk(reader, parts[0][0], parts[-1][1], tuple(parts))
+                    continue
                 for a, b in parts:
                     yield _Chunk(reader, a, b)
 
@@ -205,21 +225,22 @@ class Scanner:
         """The result rows of one chunk (one or more batches, in order): deletions removed,
         filter applied, projected."""
         fragment = chunk.fragment
-        offsets = np.arange(chunk.start, chunk.end, dtype=np.uint64)
+        offsets = chunk.rows()
+        num_rows = len(offsets)
         deleted = await self.ctx.deleted_offsets(fragment.fragment)
         keep: np.ndarray | None = None
         if deleted is not None and len(deleted):
             keep = ~np.isin(offsets, deleted.astype(np.uint64), assume_unique=True)
             offsets = offsets[keep]
         if self.filter is None:
-            batch = await fragment.read_range(self.read_fields, chunk.start, chunk.end)
+            batch = await chunk.read(self.read_fields)
             if keep is not None:
                 batch = batch.filter(pa.array(keep))
             return [await self._finish(batch, fragment, offsets)]
         # Late materialisation: evaluate the filter on its own columns first, then fetch the
         # other projected columns only for the rows that pass (when few do).
         rest = [f for f in self.projection if f.name not in self._filter_names]
-        head = await fragment.read_range(self._filter_fields, chunk.start, chunk.end)
+        head = await chunk.read(self._filter_fields)
         if keep is not None:
             head = head.filter(pa.array(keep))
         head = await self._with_system_columns(head, fragment, offsets)
@@ -241,20 +262,34 @@ class Scanner:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
             return [selected.select(names)]
         physical = offsets[positions].astype(np.int64)
-        if selected.num_rows * 4 < chunk.end - chunk.start:
+        if selected.num_rows * 4 < num_rows:
             tail = await fragment.read_rows(rest, physical)
             return [_joined(selected, tail).select(names)]
         # Many rows pass: read the other columns by range, a bounded number of rows at a time
-        # (the rows that pass in each piece are a contiguous run of ``selected``).
-        out = []
-        for start in range(chunk.start, chunk.end, self._rest_rows):
-            end = min(chunk.end, start + self._rest_rows)
-            lo, hi = np.searchsorted(physical, [start, end]).tolist()
-            if lo == hi:
-                continue
+        # (the rows that pass in each piece are a contiguous run of ``selected``), the next
+        # pieces already being read while one is finished.
+        async def piece(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
             tail = await fragment.read_range(rest, start, end)
             tail = tail.take(pa.array(physical[lo:hi] - start))
-            out.append(_joined(selected.slice(lo, hi - lo), tail).select(names))
+            return _joined(selected.slice(lo, hi - lo), tail).select(names)
+
+        out: list[pa.RecordBatch] = []
+        pending: list[asyncio.Future[pa.RecordBatch]] = []
+        try:
+            for start in range(chunk.start, chunk.end, self._rest_rows):
+                end = min(chunk.end, start + self._rest_rows)
+                lo, hi = np.searchsorted(physical, [start, end]).tolist()
+                if lo < hi:
+                    pending.append(asyncio.ensure_future(piece(start, end, lo, hi)))
+                if len(pending) > _REST_READ_AHEAD:
+                    out.append(await pending.pop(0))
+            while pending:
+                out.append(await pending.pop(0))
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         return out
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,

@@ -23,6 +23,9 @@ A blob column keeps its values out of the normal pages; the column itself holds 
   Sidecar files sit in a directory named after the data file (without ``.lance``), named
   by the 32 bits of ``blob_id`` written least significant bit first, plus ``.blob``.
 
+What writers put where (and the forms users give blob values in) is in
+:mod:`.blob_values` and :mod:`.encode_blob`.
+
 This module is pure: Arrow arrays in, descriptor arrays and :class:`BlobLocation` out.
 """
 
@@ -232,7 +235,7 @@ def locate(descriptors: pa.Array, data_file_paths: list[str], *,
 
 
 __all__ = ["BLOB_META_KEY", "BLOB_V2_EXTENSION", "DESCRIPTOR_V1", "DESCRIPTOR_V2",
-           "KIND_DEDICATED", "KIND_EXTERNAL", "KIND_INLINE", "KIND_PACKED", "STORED_V1",
-           "BlobLocation", "blob_version", "descriptor_array", "descriptor_field",
+           "KIND_DEDICATED", "KIND_EXTERNAL", "KIND_INLINE", "KIND_PACKED", "PACKED_META_KEY",
+           "STORED_V1", "BlobLocation", "blob_version", "descriptor_array", "descriptor_field",
            "descriptor_schema", "descriptor_version", "is_descriptor_field", "locate",
            "sidecar_path", "stored_type", "v1_validity_from_smuggled"]

@@ -46,6 +46,9 @@ class ValueData:
     dictionary: ValueData | None = None
     offset_bytes: int = 4  # variable: width of the offsets (8 for large types)
     packed_bits: list[int] | None = None  # packed structs: bits of every field
+    #: How the page describes the values when the shape alone does not say it (blob v2
+    #: descriptors: variable-width rows of a packed struct).
+    encoding: pb.CompressiveEncoding | None = None
 
     @property
     def items_per_value(self) -> int:
@@ -223,6 +226,8 @@ def variable32() -> pb.CompressiveEncoding:
 
 def value_encoding(vd: ValueData) -> pb.CompressiveEncoding:
     """How the values of ``vd`` are described in a page layout."""
+    if vd.encoding is not None:
+        return vd.encoding
     if vd.kind == BOOL:
         return flat(1)
     if vd.kind == VARIABLE:

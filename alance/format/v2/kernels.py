@@ -301,8 +301,15 @@ def _fsst_expand_pairs(table: bytes, data: np.ndarray, offsets: np.ndarray,
     offs = np.asarray(offsets, dtype=np.int64)
     if len(offs) and (offs.min() < 0 or offs.max() > n):
         raise CorruptFileError("FSST offsets point outside the data")
-    even = n - (n & 1)
-    index = np.ascontiguousarray(data[:even]).view("<u2")
+    if n & 1:
+        # An odd count: pair the last code with the escape code, which expands to nothing
+        # here (the data holds no escapes).
+        codes = np.empty(n + 1, dtype=np.uint8)
+        codes[:n] = data
+        codes[n] = 255
+    else:
+        codes = np.ascontiguousarray(data)
+    index = codes.view("<u2")
     if 16 * len(index) >= 2**31 - 1:
         pairs = pairs.cast(pa.large_binary())
     taken = pairs.take(pa.array(index))
@@ -312,9 +319,6 @@ def _fsst_expand_pairs(table: bytes, data: np.ndarray, offsets: np.ndarray,
     total = int(pair_ends[-1])
     out = (np.frombuffer(taken.buffers()[2], dtype=np.uint8, count=total) if total
            else np.zeros(0, np.uint8))
-    if n & 1:  # an odd code count: the last code on its own
-        expand, _ = fsst_symbols(table)
-        out = np.concatenate((out, expand[data[-1], : lens[data[-1]]]))
     # A string boundary after code c lies at the end of pair c // 2, plus the expansion of
     # code c - 1 when c is odd (it opens the next pair).
     ends = pair_ends[offs >> 1].astype(np.int64)

@@ -13,7 +13,7 @@ value buffers, each padded to 8 bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +40,26 @@ class MiniBlockState:
     starts: np.ndarray  # rows starting in each chunk
     trailer: np.ndarray  # chunk's last row continues into the next chunk
     dictionary: Block | None
+    #: Derived once, on first lookup: the chunks where rows start, and the first row of each.
+    _starting: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    #: Derived once: for each chunk, the first chunk from it on in which some row ends.
+    _row_ends: np.ndarray | None = field(default=None, repr=False)
+
+    def starting_chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The chunks in which some row starts, and the page row of the first such row."""
+        if self._starting is None:
+            has = np.flatnonzero(self.starts > 0)
+            self._starting = (has, self.first_row[has])
+        return self._starting
+
+    def next_row_end(self) -> np.ndarray:
+        """For each chunk, the first chunk (itself or later) in which some row ends."""
+        if self._row_ends is None:
+            n = len(self.counts)
+            ends_here = (self.starts > 0) | ~self.trailer
+            nxt = np.where(ends_here, np.arange(n), n)
+            self._row_ends = np.minimum.accumulate(nxt[::-1])[::-1]
+        return self._row_ends
 
 
 def init_buffers(layout: pb.MiniBlockLayout, buffers: list[tuple[int, int]],
@@ -111,22 +131,20 @@ def chunks_for_range(state: MiniBlockState, lo: int, hi: int) -> np.ndarray:
 
 def chunks_for_rows(state: MiniBlockState, rows: np.ndarray) -> np.ndarray:
     """Sorted chunk indices holding the (sorted, page-local) ``rows``."""
-    has = np.flatnonzero(state.starts > 0)
+    has, has_first = state.starting_chunks()
     if len(rows) == 0 or len(has) == 0:
         return np.zeros(0, dtype=np.int64)
-    first = has[np.searchsorted(state.first_row[has], rows, side="right") - 1]
+    first = has[np.searchsorted(has_first, rows, side="right") - 1]
     needed = [first]
     last_of_chunk = state.first_row[first + 1] - 1
     spill = (rows == last_of_chunk) & state.trailer[first]
     if spill.any():
         # The row continues until the next chunk in which some row ends.
         n = len(state.counts)
-        ends_here = (state.starts > 0) | ~state.trailer
-        nxt = np.where(ends_here, np.arange(n), n)
-        nxt = np.minimum.accumulate(nxt[::-1])[::-1]
-        for c in first[spill].tolist():  # one per spilling row
-            stop = int(nxt[c + 1]) if c + 1 < n else n - 1
-            needed.append(np.arange(c + 1, min(stop, n - 1) + 1))
+        nxt = np.append(state.next_row_end(), n - 1)  # (a last chunk has no next one)
+        c = first[spill]
+        stop = np.minimum(nxt[c + 1], n - 1)  # chunks c + 1 .. stop hold the rest of row
+        needed.append(range_indices(c + 1, np.maximum(stop - c, 0)))
     return np.unique(np.concatenate(needed))
 
 

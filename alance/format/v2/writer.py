@@ -6,6 +6,10 @@ to append; :meth:`V2FileWriter.finish` returns the tail: the schema (global buff
 column metadata, the two offset tables and the footer (see :mod:`.container`). Buffers start
 at 64-byte boundaries, as upstream places them.
 
+Blob columns (:mod:`.encode_blob`) put their small values into the data file too, ahead
+of the batch's pages; the rest goes to sidecar files, whose bytes the writer hands out
+through :meth:`V2FileWriter.take_sidecar_chunks` (it does no IO).
+
 Memory stays bounded by one batch: nothing but page positions is kept between calls.
 """
 
@@ -22,7 +26,15 @@ from google.protobuf.message import Message
 from alance._proto import encodings_v2_0_pb2, file2_pb2, file_pb2
 from alance.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from alance.format.schema import LanceField, LanceSchema
+from alance.format.v2.blob import BLOB_META_KEY, PACKED_META_KEY, blob_version
+from alance.format.v2.blob_values import blob_values, thresholds_of
 from alance.format.v2.container import MAGIC
+from alance.format.v2.encode_blob import (
+    SidecarChunk,
+    SidecarState,
+    encode_blob_v1,
+    encode_blob_v2,
+)
 from alance.format.v2.encode_levels import shred, storage_of
 from alance.format.v2.encode_pages import Buffer, encode_pages
 from alance.format.v2.encode_v20 import check_field20, columns20, encode_field20
@@ -37,13 +49,56 @@ BUFFER_ALIGN = 64
 PAGE_BYTES = 16 * 1024 * 1024
 
 
-def _column_encoding() -> bytes:
-    """The column-level encoding every column carries: plain values."""
+def _column_encoding(*, blob: bool = False) -> bytes:
+    """The column-level encoding every column carries: plain values (2.0 blob columns: a
+    blob around plain values)."""
     enc = encodings_v2_0_pb2.ColumnEncoding()
     enc.values.SetInParent()
+    if blob:
+        enc = encodings_v2_0_pb2.ColumnEncoding(blob=encodings_v2_0_pb2.Blob(inner=enc))
     wrapper = any_pb2.Any(type_url="/" + enc.DESCRIPTOR.full_name,
                           value=enc.SerializeToString())
     return wrapper.SerializeToString()
+
+
+def _check_blob(f: LanceField, version: tuple[int, int]) -> bool:
+    """Whether top-level field ``f`` is a blob column this file version can hold (raises
+    UnsupportedFeatureError for one it cannot, or for blob columns inside other fields)."""
+    inner = next((g for g in f.walk() if g is not f and blob_version(g)), None)
+    if inner is not None:
+        raise UnsupportedFeatureError(f"field {inner.name!r}: blob columns inside other "
+                                      "columns cannot be written")
+    kind = blob_version(f)
+    if kind == 2 and version < (2, 2):
+        raise UnsupportedFeatureError(
+            f"field {f.name!r}: blob v2 columns need data storage version 2.2 (this dataset "
+            f"uses {version[0]}.{version[1]})")
+    if kind == 1 and version >= (2, 2):
+        raise UnsupportedFeatureError(
+            f"field {f.name!r}: 2.2 files hold blob v2 columns, not blob v1 (write_dataset "
+            "converts blob v1 input fields)")
+    return kind is not None
+
+
+def _file_protos(schema: LanceSchema) -> list[file_pb2.Field]:
+    """The schema a data file records: as the manifest's, except that a blob v2 field is
+    its packed descriptor struct, with the descriptor fields listed after it (id -1)."""
+    out: list[file_pb2.Field] = []
+    for f in schema.fields:
+        if blob_version(f) != 2:
+            out.extend(LanceSchema([f]).to_protos())
+            continue
+        p = file_pb2.Field(name=f.name, id=f.id, parent_id=f.parent_id,
+                           logical_type="struct", nullable=f.nullable)
+        p.metadata[PACKED_META_KEY] = b"true"
+        p.metadata[BLOB_META_KEY] = b"true"
+        out.append(p)
+        for name, logical in (("kind", "uint8"), ("position", "uint64"), ("size", "uint64"),
+                              ("blob_id", "uint32"), ("blob_uri", "string")):
+            out.append(file_pb2.Field(
+                name=name, id=-1, parent_id=-1, logical_type=logical,
+                encoding=file_pb2.VAR_BINARY if logical == "string" else file_pb2.PLAIN))
+    return out
 
 
 def _check_types(field: LanceField, version: tuple[int, int], path: str) -> None:
@@ -89,15 +144,22 @@ class V2FileWriter:
         if not schema.fields:
             raise InvalidInputError("cannot write a data file without columns")
         for f in schema.fields:
+            if _check_blob(f, version):
+                continue
             if version == (2, 0):
                 check_field20(f, f.name)
             else:
                 _check_types(f, version, f.name)
         self._schema = copy.deepcopy(schema)
         self._version = version
-        # 2.0: a column per field (pre-order); 2.1+: a column per leaf field.
-        self._leaves = (columns20(self._schema.fields) if version == (2, 0) else
-                        [leaf for f in self._schema.fields for leaf in leaves_of(f)])
+        # 2.0: a column per field (pre-order); 2.1+: a column per leaf field; a blob column
+        # is one column of descriptors.
+        self._leaves = [leaf for f in self._schema.fields
+                        for leaf in ([f] if blob_version(f) else
+                                     columns20([f]) if version == (2, 0) else leaves_of(f))]
+        self._blob_columns = {i for i, f in enumerate(self._leaves) if blob_version(f)}
+        self._sidecar_state = SidecarState()
+        self._sidecar_chunks: list[SidecarChunk] = []
         self._pages: list[list[file2_pb2.ColumnMetadata.Page]] = [[] for _ in self._leaves]
         # 2.0 struct columns: one page for the whole file, written by finish().
         self._struct_rows: dict[int, int] = {
@@ -145,6 +207,9 @@ class V2FileWriter:
             if lf.name not in names:
                 raise SchemaMismatchError(f"batch has no column {lf.name!r}")
             arr = storage_of(batch.column(lf.name))
+            if blob_version(lf):
+                arrays.append(arr)  # blob values are checked by blob_values
+                continue
             target = lf.data_type
             if arr.type != target:
                 try:
@@ -158,10 +223,13 @@ class V2FileWriter:
             raise SchemaMismatchError(
                 f"batch columns {names} do not match the file's {self._schema.names}")
         encoded: list[list[tuple[list[Buffer], Message, int]]] = []
-        for field in zip(self._schema.fields, arrays, strict=True):
-            encoded.extend(self._encode_field(field))
-        # Everything encoded: lay the buffers out.
         out: list[bytes | memoryview] = []
+        for field in zip(self._schema.fields, arrays, strict=True):
+            if blob_version(field[0]):
+                encoded.append(self._encode_blob(field[0], field[1], out))
+            else:
+                encoded.extend(self._encode_field(field))
+        # Everything encoded: lay the buffers out.
         for col, col_pages in enumerate(encoded):
             for buffers, message, rows in col_pages:
                 if col in self._struct_rows:
@@ -184,6 +252,34 @@ class V2FileWriter:
                 self._pages[col].append(meta)
         self._num_rows += n
         return out
+
+    def _encode_blob(self, lf: LanceField, arr: pa.Array, out: list[bytes | memoryview],
+                     ) -> list[tuple[list[Buffer], Message, int]]:
+        """The descriptor pages of a blob column; its inline values go to ``out`` (at the
+        current, 64-byte aligned, position) and its sidecar bytes to the pending chunks."""
+        values = blob_values(lf, arr)
+        pad = -self._position % BUFFER_ALIGN
+        if pad:
+            out.append(bytes(pad))
+            self._position += pad
+        if blob_version(lf) == 2:
+            enc = encode_blob_v2(lf, values, self._position, self._sidecar_state,
+                                 thresholds_of(lf))
+        else:
+            enc = encode_blob_v1(lf, values, self._position, self._version)
+        if len(enc.inline):
+            out.append(enc.inline.data)
+            self._position += len(enc.inline)
+        self._sidecar_chunks.extend(enc.sidecars)
+        return [(p.buffers, p.layout, p.num_rows) for p in enc.pages]
+
+    def take_sidecar_chunks(self) -> list[SidecarChunk]:
+        """The sidecar bytes produced since the last call, in order: append each chunk's
+        ``data`` to sidecar ``blob_id`` (see :func:`alance.format.v2.blob.sidecar_path`);
+        the sidecar is complete after a chunk with ``done``. Call after every
+        :meth:`write_batch` and after :meth:`finish` (which completes the open pack)."""
+        chunks, self._sidecar_chunks = self._sidecar_chunks, []
+        return chunks
 
     def _encode_field(self, field: tuple[LanceField, pa.Array],
                       ) -> list[list[tuple[list[Buffer], Message, int]]]:
@@ -210,6 +306,7 @@ class V2FileWriter:
         if self._finished:
             raise InvalidInputError("writer already finished")
         self._finished = True
+        self._sidecar_chunks.extend(self._sidecar_state.close())
         parts: list[bytes] = []
         pos = self._position
 
@@ -225,7 +322,7 @@ class V2FileWriter:
             return start
 
         descriptor = file_pb2.FileDescriptor(length=self._num_rows)
-        protos = self._schema.to_protos()
+        protos = _file_protos(self._schema)
         for p in protos:
             p.ClearField("type")
         descriptor.schema.fields.extend(protos)
@@ -240,9 +337,10 @@ class V2FileWriter:
             self._pages[col] = [page]
         column_meta_start = pos
         ranges = []
-        for pages in self._pages:
+        for col, pages in enumerate(self._pages):
             meta = file2_pb2.ColumnMetadata()
-            meta.encoding.direct.encoding = _column_encoding()
+            meta.encoding.direct.encoding = _column_encoding(
+                blob=self._version == (2, 0) and col in self._blob_columns)
             meta.pages.extend(pages)
             raw = meta.SerializeToString()
             ranges.append((put(raw), len(raw)))
