@@ -9,9 +9,10 @@ what is still in flight.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,7 @@ DEFAULT_BATCH_SIZE = 8192
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
 _POSITION = "__alance_position"
+T = TypeVar("T")
 #: Pieces of a filtered chunk's other columns read ahead of the one being finished.
 _REST_READ_AHEAD = 1
 
@@ -67,6 +69,26 @@ def _filter_batch(batch: pa.RecordBatch, expression: pc.Expression) -> pa.Record
     if result.num_rows == 0:
         return batch.slice(0, 0)
     return result.combine_chunks().to_batches()[0]
+
+
+async def _in_order(jobs: Sequence[Callable[[], Awaitable[T]]], ahead: int) -> list[T]:
+    """Run ``jobs`` with up to ``ahead`` started ahead of the one awaited; results in order.
+    Whatever is still running when this is cancelled or fails is cancelled too."""
+    out: list[T] = []
+    pending: list[asyncio.Future[T]] = []
+    try:
+        for job in jobs:
+            pending.append(asyncio.ensure_future(job()))
+            if len(pending) > ahead:
+                out.append(await pending.pop(0))
+        while pending:
+            out.append(await pending.pop(0))
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    return out
 
 
 def _joined(head: pa.RecordBatch, tail: pa.RecordBatch) -> pa.RecordBatch:
@@ -262,35 +284,32 @@ class Scanner:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
             return [selected.select(names)]
         physical = offsets[positions].astype(np.int64)
-        if selected.num_rows * 4 < num_rows:
-            tail = await fragment.read_rows(rest, physical)
-            return [_joined(selected, tail).select(names)]
-        # Many rows pass: read the other columns by range, a bounded number of rows at a time
-        # (the rows that pass in each piece are a contiguous run of ``selected``), the next
-        # pieces already being read while one is finished.
-        async def piece(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
-            tail = await fragment.read_range(rest, start, end)
-            tail = tail.take(pa.array(physical[lo:hi] - start))
+        step = self._rest_rows  # rows of the other columns per read: bounds memory
+        jobs: list[Callable[[], Awaitable[pa.RecordBatch]]] = []
+
+        def joined(lo: int, hi: int, tail: pa.RecordBatch) -> pa.RecordBatch:
             return _joined(selected.slice(lo, hi - lo), tail).select(names)
 
-        out: list[pa.RecordBatch] = []
-        pending: list[asyncio.Future[pa.RecordBatch]] = []
-        try:
-            for start in range(chunk.start, chunk.end, self._rest_rows):
-                end = min(chunk.end, start + self._rest_rows)
+        if selected.num_rows * 4 < num_rows:
+            # Few rows pass: fetch just those rows of the other columns.
+            async def by_rows(lo: int, hi: int) -> pa.RecordBatch:
+                return joined(lo, hi, await fragment.read_rows(rest, physical[lo:hi]))
+
+            jobs = [partial(by_rows, lo, min(lo + step, len(physical)))
+                    for lo in range(0, len(physical), step)]
+        else:
+            # Many pass: read the other columns by range and keep the rows that passed (in
+            # each range they are a contiguous run of ``selected``).
+            async def by_range(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
+                tail = await fragment.read_range(rest, start, end)
+                return joined(lo, hi, tail.take(pa.array(physical[lo:hi] - start)))
+
+            for start in range(chunk.start, chunk.end, step):
+                end = min(chunk.end, start + step)
                 lo, hi = np.searchsorted(physical, [start, end]).tolist()
                 if lo < hi:
-                    pending.append(asyncio.ensure_future(piece(start, end, lo, hi)))
-                if len(pending) > _REST_READ_AHEAD:
-                    out.append(await pending.pop(0))
-            while pending:
-                out.append(await pending.pop(0))
-        finally:
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-        return out
+                    jobs.append(partial(by_range, start, end, lo, hi))
+        return await _in_order(jobs, _REST_READ_AHEAD)
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
                                    offsets: np.ndarray) -> pa.RecordBatch:

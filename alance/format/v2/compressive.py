@@ -147,7 +147,8 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
     return Fixed(flat[idx], t)
 
 
-def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray) -> Variable:
+def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray,
+                     pick: np.ndarray | None = None) -> Variable:
     bits = _flat_bits(enc.offsets, "variable offsets")
     if enc.HasField("values"):
         raise UnsupportedFeatureError("variable values with buffer compression")
@@ -156,6 +157,8 @@ def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray) -> V
     wb = bits // 8
     if np.any((counts + 1) * wb > bufs.sizes):
         raise CorruptFileError("variable mini-block offsets are truncated")
+    if pick is not None:
+        return _variable_picked(bufs, counts, pick, wb)
     raw = gather_ranges(bufs.data, bufs.starts, (counts + 1) * wb)
     offs = raw.view(f"<u{wb}").astype(np.int64)
     pos = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
@@ -174,6 +177,22 @@ def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray) -> V
     data = gather_ranges(bufs.data, bufs.starts + first, lens)
     total = int(lens.sum())
     return Variable(np.concatenate((rel, [total])).astype(np.int64), data)
+
+
+def _variable_picked(bufs: ChunkBufs, counts: np.ndarray, pick: np.ndarray,
+                     wb: int) -> Variable:
+    """Just the values ``pick`` of variable-width mini-blocks: their two offsets each (chunk
+    offsets count from the chunk's buffer start), then their bytes."""
+    chunk, local = _chunk_of(counts, pick)
+    at = bufs.starts[chunk] + local * wb
+    idx = (at[:, None] + np.arange(2 * wb)).reshape(-1)
+    both = np.ascontiguousarray(bufs.data[idx]).view(f"<u{wb}").astype(np.int64)
+    begin, end = both[0::2], both[1::2]
+    if np.any(end < begin) or np.any(end > bufs.sizes[chunk]):
+        raise CorruptFileError("variable mini-block offsets point outside the chunk")
+    lens = end - begin
+    data = gather_ranges(bufs.data, bufs.starts[chunk] + begin, lens)
+    return Variable(np.concatenate(([0], np.cumsum(lens))).astype(np.int64), data)
 
 
 def _rle_chunks(enc: pb.Rle, values: ChunkBufs, lengths: ChunkBufs,
@@ -244,6 +263,15 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         if which == "inline_bitpacking" and not enc.inline_bitpacking.HasField("values"):
             bits = int(enc.inline_bitpacking.uncompressed_bits_per_value)
             return _inline_bitpacked(buf, counts, bits, pick)
+    if pick is not None and len(bufs) == 1 and (
+            which == "variable" or (which == "fsst" and _which(enc.fsst.values) == "variable")):
+        var_enc = enc.variable if which == "variable" else enc.fsst.values.variable
+        picked = _variable_chunks(var_enc, bufs[0], counts, pick)
+        if which == "variable":
+            return picked
+        if _fsst_on(enc.fsst.symbol_table):
+            fsst_symbols(enc.fsst.symbol_table)  # a bad table fails here, not later
+        return FsstVariable(picked.offsets, picked.data, enc.fsst.symbol_table)
     if pick is not None:
         block = miniblock_values(enc, bufs, counts)
         if len(pick) and pick.max() >= len(block):
