@@ -198,18 +198,16 @@ def test_failed_write_leaves_no_sidecars(tmp_path: Path) -> None:
     assert leftovers == []
 
 
-def test_rewrites_refuse_and_keep_blobs(tmp_path: Path) -> None:
-    """Compaction and update would have to copy blob bytes: they refuse (typed) and leave
-    the dataset as it was."""
+def test_rewrites_keep_blobs(tmp_path: Path) -> None:
+    """Compaction and update copy the blob bytes of the rows they rewrite (more in
+    test_blob_rewrite.py)."""
     path = str(tmp_path / "rw")
     for i in range(2):
         al.write_dataset(_v2_table([PACKED, b"z" * i]), path, mode="append")
     ds = al.open_dataset(path)
-    with pytest.raises(UnsupportedFeatureError):
-        ds.compact_files()
-    with pytest.raises(UnsupportedFeatureError):
-        ds.update({"id": "id + 1"})
-    assert lance.dataset(path).version == 2
+    ds.compact_files()
+    al.open_dataset(path).update({"id": "id + 1"})
+    assert len(lance.dataset(path).get_fragments()) == 1
     assert _blob_bytes(lance.dataset(path), 4) == [PACKED, b"", PACKED, b"z"]
 
 

@@ -201,19 +201,21 @@ def test_bad_selections_and_columns(blob_datasets: dict[str, str]) -> None:
     assert ds.take_blobs("data", indices=np.array([], np.int64)) == []
 
 
-def test_rewriting_blob_columns_is_refused(tmp_path: Path,
-                                          blob_datasets: dict[str, str]) -> None:
-    """Paths that rewrite rows of blob columns refuse (typed); writing new blob rows is
-    tested in test_blob_write.py."""
+def test_rewriting_blob_columns_keeps_the_bytes(tmp_path: Path,
+                                               blob_datasets: dict[str, str]) -> None:
+    """Update rewrites rows of blob columns with their bytes (more in
+    test_blob_rewrite.py); updating a blob column itself is refused (typed)."""
     path = str(tmp_path / "rw.lance")
     shutil.copytree(blob_datasets["2.2"], path)
     ds = al.open_dataset(path)
     version = ds.version
     with pytest.raises(UnsupportedFeatureError):
-        ds.update({"id": "id + 1"}, where="id < 3")
-    with pytest.raises(UnsupportedFeatureError):
-        ds.compact_files()
+        ds.update({"data": None}, where="id < 3")
     assert lance.dataset(path).version == version
+    moved = str(tmp_path / "moved.lance")
+    shutil.copytree(blob_datasets["2.2"], moved)
+    al.open_dataset(moved).update({"id": "id + 10"}, where="id = 5")
+    assert al.open_dataset(moved).take_blobs("data", indices=[6])[0].read() == DEDICATED
     # Metadata-only and new-column operations still work, and pylance reads the result.
     ds.delete("id = 0")
     ds = al.open_dataset(path).add_columns({"twice": "id * 2"})

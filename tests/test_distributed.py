@@ -505,3 +505,21 @@ async def test_change_feed_tasks_cover_the_feed_for_every_pair(local_uri: str) -
     for bad in (ChangeTask("upserts", 999), ChangeTask("deletes", 999), ChangeTask("x", 0)):
         with pytest.raises(InvalidInputError):
             [b async for b in scan_change_task(feed, bad)]
+
+
+async def test_distributed_write_keeps_blob_sidecars(tmp_path) -> None:
+    big = os.urandom(4 * 1024 * 1024 + 1)  # stored in a sidecar file of its own
+    schema = pa.schema([pa.field("id", pa.int64()), lance.blob_field("b")])
+    uri = str(tmp_path / "blobs.lance")
+
+    def part(first: int) -> pa.Table:
+        return pa.Table.from_arrays([pa.array([first, first + 1], pa.int64()),
+                                     lance.blob_array([b"small", big])], schema=schema)
+
+    plan = await plan_write(uri, schema, "create")
+    parts = [await plan.write(part(0)), await plan.write(part(10))]
+    await plan.commit(parts)
+    theirs = lance.dataset(uri)
+    assert theirs.count_rows() == 4
+    got = theirs.take_blobs("b", indices=[0, 1, 2, 3])
+    assert [b.readall() for b in got] == [b"small", big, b"small", big]

@@ -39,6 +39,7 @@ from alance.dataset.snapshot import Snapshot, load_snapshot_at
 from alance.dataset.tags import Tags
 from alance.errors import AlanceError, InvalidInputError, NotFoundError, UnsupportedFeatureError
 from alance.format.manifest import DATA_DIR, TRANSACTIONS_DIR, VERSIONS_DIR
+from alance.format.v2.blob import sidecar_owner
 from alance.io.store import DatasetStore, ObjectMeta
 
 #: A file no manifest references is deleted only when it is at least this old.
@@ -142,9 +143,8 @@ def _category(path: str) -> str | None:
 def _owner(path: str) -> str:
     """The file whose references keep ``path``: a blob sidecar ``data/<stem>/<id>.blob``
     belongs to the data file ``data/<stem>.lance``; any other file to itself."""
-    if _category(path) == "blob":
-        return path.rsplit("/", 1)[0] + ".lance"
-    return path
+    owner = sidecar_owner(path) if _category(path) == "blob" else None
+    return owner or path
 
 
 class _Cleanup:

@@ -15,6 +15,10 @@ rewrite index files, so an index is left as it is: it keeps covering the old fra
 optimised -- what Lance does with an index it cannot remap. Queries stay correct; pylance
 scans the unindexed fragments.
 
+Blob columns are read as their descriptors and their bytes fetched slice by slice as the
+rows are written (:mod:`alance.dataset.blob_rewrite`), so the new files hold the same blob
+bytes, laid out by size as any write lays them out; external blobs are refused.
+
 With stable row ids, each new fragment's row id sequence and ``created_at`` /
 ``last_updated_at`` version sequences are the old fragments' sequences concatenated, minus
 the deleted rows (:func:`alance.transaction.lineage.rewrite_lineage`).
@@ -32,6 +36,7 @@ import pyarrow as pa
 
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
+from alance.dataset.blob_rewrite import blob_fields, read_fields, with_blob_bytes
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.compaction_plan import (
     CompactionMetrics,
@@ -76,12 +81,17 @@ async def _live_batches(ctx: ReadContext, fragments: Sequence[Fragment], chunk_r
     Up to :data:`READ_AHEAD` chunks are read ahead while the caller writes, so reading and
     writing overlap; memory stays bounded by that many chunks.
     """
-    projection = ctx.schema.fields
+    # Blob columns are read as their descriptors; their bytes are fetched per slice as the
+    # writer consumes the rows (alance.dataset.blob_rewrite).
+    projection = read_fields(ctx.schema)
+    blobs = bool(blob_fields(ctx.schema))
     jobs = ((frag, start, min(start + chunk_rows, int(frag.physical_rows)))
             for frag in fragments for start in range(0, int(frag.physical_rows), chunk_rows))
 
-    async def read(frag: Fragment, start: int, end: int) -> tuple[pa.RecordBatch, int]:
+    async def read(frag: Fragment, start: int, end: int,
+                   ) -> tuple[pa.RecordBatch, np.ndarray | None, int]:
         batch = await ctx.fragment(frag).read_range(projection, start, end)
+        offsets = np.arange(start, end, dtype=np.uint64) if blobs else None
         deleted = await ctx.deleted_offsets(frag)
         if deleted is not None and len(deleted):
             lo, hi = np.searchsorted(deleted, [start, end])
@@ -89,20 +99,28 @@ async def _live_batches(ctx: ReadContext, fragments: Sequence[Fragment], chunk_r
                 keep = np.ones(end - start, dtype=bool)
                 keep[deleted[lo:hi].astype(np.int64) - start] = False
                 batch = batch.filter(pa.array(keep))
-        return batch, end - start
+                offsets = offsets[keep] if offsets is not None else None
+        if offsets is not None:
+            offsets |= np.uint64(int(frag.id)) << np.uint64(32)
+        return batch, offsets, end - start
 
-    pending: collections.deque[asyncio.Future[tuple[pa.RecordBatch, int]]] = (
+    pending: collections.deque[asyncio.Future[tuple[pa.RecordBatch, np.ndarray | None, int]]] = (
         collections.deque(asyncio.ensure_future(read(*job))
                           for job in itertools.islice(jobs, READ_AHEAD)))
     try:
         while pending:
-            batch, rows = await pending.popleft()
+            batch, addresses, rows = await pending.popleft()
             job = next(jobs, None)
             if job is not None:
                 pending.append(asyncio.ensure_future(read(*job)))
             progress(rows)
-            if batch.num_rows:
+            if not batch.num_rows:
+                continue
+            if addresses is None:
                 yield batch
+            else:
+                async for piece in with_blob_bytes(ctx, ctx.schema, batch, addresses):
+                    yield piece
     finally:
         for fut in pending:
             fut.cancel()

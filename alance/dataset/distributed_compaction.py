@@ -36,6 +36,8 @@ from alance.dataset.read import ReadContext
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import delete_fragment_files, removed_on_failure
 from alance.errors import AlanceError, CommitOutcomeUnknownError, InvalidInputError
+from alance.format.manifest import DATA_DIR
+from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_rewrite
 
@@ -123,7 +125,8 @@ class DistributedCompaction:
         except BaseException:
             await finish_job(store, self.job_id, set())
             raise
-        await finish_job(store, self.job_id, referenced_files(snap.fragments))
+        keep = referenced_files(snap.fragments) | await _sidecar_files(store, written)
+        await finish_job(store, self.job_id, keep)
         return LanceDataset(store, handler, snap)
 
     async def abort(self, parts: Iterable[CompactionPart | None]) -> None:
@@ -138,6 +141,20 @@ class DistributedCompaction:
             with contextlib.suppress(AlanceError):
                 await external_files(frags).remove_all(store)
                 await delete_fragment_files(store, frags)
+
+
+async def _sidecar_files(store: DatasetStore, fragments: Iterable[table_pb2.DataFragment],
+                         ) -> set[str]:
+    """The blob sidecar files (``data/<stem>/*.blob``) of the data files of ``fragments``:
+    they are kept with their data file."""
+    found: set[str] = set()
+    for frag in fragments:
+        for f in frag.files:
+            if f.path.endswith(".lance"):
+                stem = f"{DATA_DIR}/{f.path[: -len('.lance')]}"
+                found.update(m.path for m in await store.list(stem)
+                             if m.path.endswith(".blob"))
+    return found
 
 
 async def plan_distributed_compaction(uri: str | os.PathLike[str],

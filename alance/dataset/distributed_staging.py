@@ -28,6 +28,7 @@ from alance._proto import table_pb2
 from alance.dataset.deletions import deletion_path
 from alance.errors import AlanceError, InvalidInputError, NotFoundError
 from alance.format.manifest import DATA_DIR
+from alance.format.v2.blob import sidecar_owner
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 
@@ -157,7 +158,8 @@ def referenced_files(fragments: Iterable[table_pb2.DataFragment]) -> set[str]:
 
 async def finish_job(store: DatasetStore, job_id: str, keep: set[str]) -> None:
     """Close job ``job_id``: remove its marker, then every recorded file not in ``keep``
-    (paths relative to the dataset root), then the records. Best effort: what stays is never
+    (paths relative to the dataset root; blob sidecars go with their data file), then the
+    records. Best effort: what stays is never
     referenced by a version."""
     directory = staging_dir(job_id)
     with contextlib.suppress(AlanceError):
@@ -169,6 +171,6 @@ async def finish_job(store: DatasetStore, job_id: str, keep: set[str]) -> None:
     for meta in records:
         rel = meta.path[len(directory) + 1:]
         with contextlib.suppress(AlanceError):
-            if rel != OPEN_MARKER and rel not in keep:
+            if rel != OPEN_MARKER and rel not in keep and sidecar_owner(rel) not in keep:
                 await store.delete(rel)
             await store.delete(meta.path)

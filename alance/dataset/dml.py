@@ -23,6 +23,7 @@ from alance.dataset.read import ReadContext
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import (
     WriteParams,
+    blob_chunk_bytes,
     delete_fragment_files,
     file_version_of,
     write_fragments,
@@ -127,13 +128,14 @@ async def write_rows(ctx: ReadContext, batches: AsyncIterator[pa.RecordBatch],
     keeps one per column): otherwise :class:`UnrepresentableValueError`, nothing left behind.
     """
     params = params or WriteParams()
-    schema = ctx.schema
+    schema = ctx.snapshot.schema
     target = schema.to_arrow()
     seed = dict(ctx.dictionaries)
     dictionaries = dict(seed)
 
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
-        async for batch in regroup(batches, params.rows_per_chunk):
+        # Batches with blob values are combined only up to a bounded number of bytes.
+        async for batch in regroup(batches, params.rows_per_chunk, blob_chunk_bytes(schema)):
             yield storage_batch(batch, target)
 
     fragments = await write_fragments(ctx.store, schema, conformed(), params, dictionaries,

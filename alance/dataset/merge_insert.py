@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.commit.handler import CommitHandler
+from alance.dataset.blob_rewrite import blob_fields
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.deletions import (
     WrittenFiles,
@@ -218,9 +219,20 @@ class MergeInsertBuilder:
         if self._update and len(s_idx):
             if self._condition is not None:
                 addresses = target.column(ROW_ADDRESS).to_numpy()
-                matched = await _rows_at(ctx, addresses[t_idx], source.column_names)
-                batch = _struct_batch(source.take(s_idx), matched)
-                expr = compile_filter(self._condition, batch.schema, extra_columns=())
+                # Blob columns (descriptors on disk, bytes in the source) are left out of
+                # the rows the condition sees.
+                blobs = {f.name for f in blob_fields(snap.schema)}
+                names = [n for n in source.column_names if n not in blobs]
+                matched = await _rows_at(ctx, addresses[t_idx], names)
+                batch = _struct_batch(source.select(names).take(s_idx), matched)
+                try:
+                    expr = compile_filter(self._condition, batch.schema, extra_columns=())
+                except InvalidInputError as exc:
+                    if not blobs:
+                        raise
+                    raise UnsupportedFeatureError(
+                        f"merge_insert conditions over blob columns {sorted(blobs)} are not "
+                        f"supported: {exc}") from exc
                 keep = _mask(batch, expr)
                 s_idx, t_idx = s_idx[keep], t_idx[keep]
             # source rows in order; each keeps the row id of the first table row it matched

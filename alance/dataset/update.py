@@ -5,6 +5,9 @@ row, or plain values), and written as new fragments; the old rows are soft-delet
 Update transaction records both, plus the exact rows removed so concurrent changes to other
 rows of the same fragments can be merged at commit time.
 
+Blob columns keep their bytes: the matching rows' blobs are fetched in bounded slices and
+written anew (:mod:`alance.dataset.blob_rewrite`); updating a blob column itself is refused.
+
 Values must fit the column: a bare literal is converted to the column's type (error if it
 does not fit), an expression's result is cast only between compatible kinds (numbers to
 numbers, strings to strings...) and only without loss; anything else is
@@ -22,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from alance.commit.handler import CommitHandler
+from alance.dataset.blob_rewrite import blob_fields, complete_rows, scanned_columns
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.dml import (
@@ -36,7 +40,7 @@ from alance.dataset.row_ids import ROW_CREATED_AT_VERSION, ROW_ID, uses_stable_r
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
 from alance.dataset.write import removed_on_failure
-from alance.errors import InvalidInputError
+from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.filter import compile_expression
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
@@ -112,6 +116,10 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     check_retries(conflict_retries)
     check_writable(snapshot)
     compile_updates(snapshot.schema, updates)
+    touched = [f.name for f in blob_fields(snapshot.schema) if f.name in updates]
+    if touched:
+        raise UnsupportedFeatureError(f"update of blob columns {touched} is not supported "
+                                      "(write the new rows with merge_insert)")
     if isinstance(where, str) and not where.strip():
         where = None
     Scanner(ReadContext(store, snapshot), columns=[], filter=where)
@@ -125,16 +133,20 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         # With stable row ids the new rows keep the old rows' ids and creation versions.
         lineage = [ROW_ID, ROW_CREATED_AT_VERSION] if uses_stable_row_ids(snap.manifest) else []
         kept: dict[str, list[np.ndarray]] = {n: [] for n in lineage}
-        scanner = Scanner(ctx, columns=[*snap.schema.names, *lineage], filter=where,
-                          with_row_address=True)
+        # Blob columns are not scanned: their descriptors are read for the matching rows
+        # and their bytes fetched in bounded slices (alance.dataset.blob_rewrite).
+        scanner = Scanner(ctx, columns=[*scanned_columns(snap.schema), *lineage],
+                          filter=where, with_row_address=True)
 
         async def new_rows() -> AsyncIterator[pa.RecordBatch]:
             async for batch in scanner.to_batches():
-                addresses.append(batch.column(ROW_ADDRESS).to_numpy())
+                addr = batch.column(ROW_ADDRESS).to_numpy()
+                addresses.append(addr)
                 for n in lineage:
                     kept[n].append(batch.column(n).to_numpy())
-                rows = storage_batch(batch.drop_columns([ROW_ADDRESS, *lineage]), target)
-                yield apply_updates(rows, target, compiled)
+                rows = batch.drop_columns([ROW_ADDRESS, *lineage])
+                async for piece in complete_rows(ctx, snap.schema, rows, addr):
+                    yield apply_updates(storage_batch(piece, target), target, compiled)
 
         fragments = await write_rows(ctx, new_rows())
         if lineage:

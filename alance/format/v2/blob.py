@@ -167,6 +167,15 @@ def sidecar_path(data_file_path: str, blob_id: int) -> str:
     return f"{stem}/{format(blob_id, '032b')[::-1]}.blob"
 
 
+def sidecar_owner(path: str) -> str | None:
+    """The data file a sidecar blob file belongs to (``data/abc/1000...0.blob`` ->
+    ``data/abc.lance``), or ``None`` if ``path`` is not named like a sidecar."""
+    stem, sep, name = path.rpartition("/")
+    if not sep or not name.endswith(".blob") or not stem:
+        return None
+    return f"{stem}.lance"
+
+
 @dataclass(frozen=True)
 class BlobLocation:
     """Where one blob's bytes are: a path of the dataset (relative to its root) or an
@@ -238,4 +247,5 @@ __all__ = ["BLOB_META_KEY", "BLOB_V2_EXTENSION", "DESCRIPTOR_V1", "DESCRIPTOR_V2
            "KIND_DEDICATED", "KIND_EXTERNAL", "KIND_INLINE", "KIND_PACKED", "PACKED_META_KEY",
            "STORED_V1", "BlobLocation", "blob_version", "descriptor_array", "descriptor_field",
            "descriptor_schema", "descriptor_version", "is_descriptor_field", "locate",
+           "sidecar_owner",
            "sidecar_path", "stored_type", "v1_validity_from_smuggled"]
