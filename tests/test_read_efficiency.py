@@ -117,3 +117,20 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
     got = await store.get_ranges("blob", [(i * 1000, i * 1000 + 10) for i in range(10)])
     assert [bytes(g) for g in got] == [payload[i * 1000:i * 1000 + 10] for i in range(10)]
     assert [len(c) for c in calls] == [4, 4, 2]
+
+
+async def test_local_range_reads_check_the_file(local_uri: str) -> None:
+    """Local stores read ranges with pread: bytes past the end of a file and missing files
+    are typed errors, not short or empty buffers."""
+    from alance.errors import CorruptFileError, NotFoundError
+    from alance.io.uri import open_store
+
+    store = open_store(local_uri, {})
+    payload = bytes(range(256)) * 4
+    await store.put("obj", payload)
+    got = await store.get_ranges("obj", [(0, 10), (1000, 1024), (5, 7)])
+    assert [bytes(g) for g in got] == [payload[:10], payload[1000:], payload[5:7]]
+    with pytest.raises(CorruptFileError):
+        await store.get_ranges("obj", [(1000, 1025)])
+    with pytest.raises(NotFoundError):
+        await store.get_ranges("missing", [(0, 1)])

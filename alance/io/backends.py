@@ -37,6 +37,7 @@ from obstore.exceptions import PermissionDeniedError as _ObsPermissionDenied
 from obstore.exceptions import PreconditionError as _ObsPrecondition
 from obstore.exceptions import UnauthenticatedError as _ObsUnauthenticated
 from obstore.exceptions import UnknownConfigurationKeyError as _ObsUnknownConfig
+from obstore.store import LocalStore
 
 from alance.errors import (
     AlanceError,
@@ -231,6 +232,9 @@ class ObstoreBackend:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        # Range reads of a local file system go through pread in a worker thread: much cheaper
+        # per range than obstore's local reads (1000 random-row takes touch ~700 ranges).
+        self._pread = isinstance(store, LocalStore) and getattr(store, "prefix", None) is None
 
     async def get(self, key: str) -> bytes:
         _mark_obstore_used()
@@ -242,6 +246,12 @@ class ObstoreBackend:
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
+        if self._pread:
+            try:
+                local = await asyncio.to_thread(_read_ranges, "/" + key, ranges)
+            except OSError as exc:
+                raise map_error(exc, key) from exc
+            return list(local)
         _mark_obstore_used()
         try:
             parts = await obstore.get_ranges_async(
@@ -334,11 +344,17 @@ def _write_new(path: str, data: bytes, create: bool) -> None:
 
 
 def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """``[start, end)`` ranges of a local file; a range past its end is a
+    :class:`CorruptFileError` (the caller expected a longer file)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        return [os.pread(fd, e - s, s) for s, e in ranges]
+        parts = [os.pread(fd, e - s, s) for s, e in ranges]
     finally:
         os.close(fd)
+    for (s, e), part in zip(ranges, parts, strict=True):
+        if len(part) != e - s:
+            raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of the file")
+    return parts
 
 
 def _walk(root: str, prefix: str) -> list[Meta]:
