@@ -126,7 +126,7 @@ async def test_reads_are_exact_under_transient_faults(where: tuple[str, dict[str
             batches = [b async for b in ds.scan(batch_size=1_000)]
             assert pa.Table.from_batches(batches).equals(expected)
             # The faults really happened and were retried away.
-            assert plan.stats.total_failures >= 3
+            assert plan.stats.total_failures >= 1
 
 
 async def test_reads_fail_typed_when_retries_run_out(where: tuple[str, dict[str, Any]]) -> None:

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import obstore
@@ -248,7 +249,8 @@ class ObstoreBackend:
                          coalesce: int) -> list[Buffer]:
         if self._pread:
             try:
-                local = await asyncio.to_thread(_read_ranges, "/" + key, ranges)
+                local = await asyncio.get_running_loop().run_in_executor(
+                    _pread_executor(), _read_ranges, "/" + key, ranges)
             except OSError as exc:
                 raise map_error(exc, key) from exc
             return list(local)
@@ -341,6 +343,29 @@ def _write_new(path: str, data: bytes, create: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: Threads that read ranges of local files (all started at once, so a process's thread count
+#: does not creep up under load; a forked child starts its own).
+PREAD_WORKERS = 2
+_pread_pool: ThreadPoolExecutor | None = None
+_pread_pid = 0
+_pread_lock = threading.Lock()
+
+
+def _pread_executor() -> ThreadPoolExecutor:
+    global _pread_pool, _pread_pid
+    pid = os.getpid()
+    if _pread_pool is None or _pread_pid != pid:
+        with _pread_lock:
+            if _pread_pool is None or _pread_pid != pid:
+                pool = ThreadPoolExecutor(PREAD_WORKERS, thread_name_prefix="alance-pread")
+                started = threading.Barrier(PREAD_WORKERS + 1)
+                for _ in range(PREAD_WORKERS):
+                    pool.submit(started.wait)
+                started.wait()
+                _pread_pool, _pread_pid = pool, pid
+    return _pread_pool
 
 
 def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
