@@ -134,7 +134,7 @@ class LanceDataset:
 
     @property
     def max_field_id(self) -> int:
-        """The highest field id of the schema."""
+        """The highest field id in use: in the schema or in any data file (as pylance's)."""
         return self._async.max_field_id
 
     def get_fragments(self) -> list[table_pb2.DataFragment]:

@@ -37,7 +37,8 @@ class ReadContext:
         """``user_view``: read columns as users see them, as pylance returns them: blob
         columns as their descriptors, JSON columns as ``arrow.json`` text. Without it (paths
         that rewrite rows) JSON columns read as their JSONB bytes and blob columns are
-        refused."""
+        refused unless asked for as descriptor fields (see :mod:`alance.dataset.blob_rewrite`,
+        which then fetches their bytes)."""
         self.store = store
         self.snapshot = snapshot
         self.schema = (text_view(descriptor_schema(snapshot.schema)) if user_view
