@@ -178,6 +178,10 @@ class Scanner:
             self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows)
         #: Rows per read of the other projected columns of a filtered scan (bounds memory).
         self._rest_rows = self.chunk_rows
+        if self.filter is None and limit is not None and chunk_rows == DEFAULT_CHUNK_ROWS:
+            # A short ``limit`` (head(), a first page) reads no more than it returns: chunks
+            # of about the rows wanted (whole row groups still), scheduled only while needed.
+            self.chunk_rows = max(1, min(self.chunk_rows, self.offset + limit))
         if self.filter is not None and chunk_rows == DEFAULT_CHUNK_ROWS and limit is None \
                 and self._filter_fields:
             # The filter phase reads only the filter columns: size its chunks by those, so a
@@ -329,21 +333,32 @@ class Scanner:
         return batch.select(self.output_schema.names)
 
     async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
+                                need: int | None = None,
                                 ) -> AsyncGenerator[pa.RecordBatch, None]:
+        """Result batches in order, ``read_ahead`` chunks in flight. ``need``: the rows an
+        unfiltered scan can use at most; chunks beyond those are not started (the
+        consumer stops early), unless deletions left the ones read short."""
         pending: list[asyncio.Task[list[pa.RecordBatch]]] = []
+        pending_rows: list[int] = []
         chunks = self._chunks(fragments)
         exhausted = False
+        got = 0
         try:
             while True:
-                while not exhausted and len(pending) < self.read_ahead:
+                while not exhausted and len(pending) < self.read_ahead and (
+                        need is None or not pending or got + sum(pending_rows) < need):
                     chunk = await anext(chunks, None)
                     if chunk is None:
                         exhausted = True
                         break
                     pending.append(asyncio.ensure_future(self._read_chunk(chunk)))
+                    pending_rows.append(len(chunk.rows()) if chunk.parts is not None
+                                        else chunk.end - chunk.start)
                 if not pending:
                     return
+                pending_rows.pop(0)
                 for batch in await pending.pop(0):
+                    got += batch.num_rows
                     yield batch
         finally:
             for task in pending:
@@ -360,7 +375,8 @@ class Scanner:
         remaining = self.limit
         if remaining == 0:
             return
-        stream = self._filtered_batches(fragments)
+        need = (skip + remaining if self.filter is None and remaining is not None else None)
+        stream = self._filtered_batches(fragments, need)
         try:
             async for batch in stream:
                 if skip:

@@ -248,6 +248,9 @@ class ObstoreBackend:
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
         if self._pread:
+            cached = _read_cached_ranges("/" + key, ranges)
+            if cached is not None:
+                return [memoryview(b) for b in cached]
             try:
                 local = await asyncio.get_running_loop().run_in_executor(
                     _pread_executor(), _read_ranges, "/" + key, ranges)
@@ -380,6 +383,40 @@ def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if len(part) != e - s:
             raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of the file")
     return parts
+
+
+#: Most bytes one call reads on the event loop from the page cache (copying costs ~0.1 ms per
+#: MiB; more than this goes to a reader thread).
+INLINE_READ_BYTES = 1024 * 1024
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+
+
+def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
+                        ) -> list[bytearray] | None:
+    """The ranges if the kernel can serve them all from its page cache without waiting for
+    the disk (``preadv`` with ``RWF_NOWAIT``), else ``None`` (then a reader thread reads).
+
+    This never blocks the calling thread on IO, so the event loop may call it: a point read of
+    cached data then costs a few microseconds instead of a round trip through a thread.
+    """
+    if not _NOWAIT or sum(e - s for s, e in ranges) > INLINE_READ_BYTES:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None  # the thread path reports the error
+    try:
+        parts: list[bytearray] = []
+        for s, e in ranges:
+            buf = bytearray(e - s)
+            if e > s and os.preadv(fd, [buf], s, _NOWAIT) != e - s:
+                return None  # short (past the end, or partly cached): the thread path decides
+            parts.append(buf)
+        return parts
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _walk(root: str, prefix: str) -> list[Meta]:

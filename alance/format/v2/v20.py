@@ -18,6 +18,7 @@ from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
+from alance.format.v2 import v20_rows
 from alance.format.v2.blocks import Block, Fixed, Variable, concat_blocks, to_arrow
 from alance.format.v2.container import PageInfo, V2File
 from alance.format.v2.kernels import decompress, range_indices
@@ -195,6 +196,35 @@ def _select(first_rows: list[int], rows: Rows20, total: int) -> np.ndarray | sli
 
 
 def _leaf(file: V2File, column: int, dtype: pa.DataType, rows: Rows20) -> Plan[pa.Array]:
+    pages = _pages(file, column, rows)
+    whole = rows.wanted is None and all(
+        rows.lo <= page.first_row and page.first_row + page.num_rows <= rows.hi
+        for _, page in pages)
+    if whole or not all(v20_rows.supported(page.encoding) for _, page in pages):
+        return (yield from _whole_pages(file, column, dtype, rows))
+    # Only the selected rows' bytes, every page at once.
+    plans = []
+    for _, page in pages:
+        lo, hi = page.first_row, page.first_row + page.num_rows
+        if rows.wanted is None:
+            local = np.arange(max(rows.lo, lo), min(rows.hi, hi), dtype=np.int64) - lo
+        else:
+            a, b = np.searchsorted(rows.wanted, [lo, hi])
+            local = rows.wanted[a:b].astype(np.int64) - lo
+        if len(local):
+            plans.append(v20_rows.read_rows(page.encoding, page.buffers, local))
+    parts = yield from gather(plans)
+    if not parts:
+        return pa.array([], dtype)
+    block = concat_blocks([b for b, _ in parts]) if len(parts) > 1 else parts[0][0]
+    if all(v is None for _, v in parts):
+        return to_arrow(block, dtype, None)
+    valid = np.concatenate([np.ones(len(b), bool) if v is None else v for b, v in parts])
+    return to_arrow(block, dtype, None if valid.all() else valid)
+
+
+def _whole_pages(file: V2File, column: int, dtype: pa.DataType, rows: Rows20,
+                 ) -> Plan[pa.Array]:
     pages = yield from _read_pages(file, column, rows)
     blocks, valids = [], []
     for page, bufs in pages:

@@ -1,0 +1,167 @@
+"""Reading selected rows of a 2.0 page by arithmetic, fetching only the bytes they occupy.
+
+A 2.0 page's plain encodings place row ``r`` at a computable spot: ``flat`` values of ``w``
+bytes at ``r * w``, validity bits in byte ``r // 8``, fixed-size list items at
+``r * dim .. (r + 1) * dim`` of the item buffer, and ``binary`` values between two end
+offsets (``r - 1`` and ``r``) that are themselves flat 64-bit values. So a take of ``k`` rows
+reads at most two small ranges per row and leaf (offsets, then bytes) instead of whole pages.
+
+:func:`supported` says whether a page's encoding tree is made only of such encodings
+(compressed buffers, dictionaries and packed structs are not: their pages are read whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from alance._proto import encodings_v2_0_pb2 as pb
+from alance.errors import CorruptFileError
+from alance.format.legacy.plan import Plan
+from alance.format.v2.blocks import Block, Fixed, Variable
+
+Buffers = Sequence[tuple[int, int]]  # (file position, size) of each page buffer
+
+
+def supported(enc: pb.ArrayEncoding) -> bool:
+    """Whether every node of ``enc`` can be read row by row (see the module docstring)."""
+    which = enc.WhichOneof("array_encoding")
+    if which == "nullable":
+        kind = enc.nullable.WhichOneof("nullability")
+        if kind == "no_nulls":
+            return supported(enc.nullable.no_nulls.values)
+        if kind == "some_nulls":
+            v = enc.nullable.some_nulls.validity
+            return (_plain_flat(v) and v.flat.bits_per_value == 1
+                    and supported(enc.nullable.some_nulls.values))
+        return False
+    if which == "flat":
+        return _plain_flat(enc) and enc.flat.bits_per_value % 8 == 0
+    if which == "fixed_size_list":
+        return supported(enc.fixed_size_list.items)
+    if which == "binary":
+        return _fixed_bytes(enc.binary.indices) == 8 and _fixed_bytes(enc.binary.bytes) == 1
+    return which == "constant"
+
+
+def _plain_flat(enc: pb.ArrayEncoding) -> bool:
+    return (enc.WhichOneof("array_encoding") == "flat" and enc.flat.buffer.buffer_type ==
+            pb.Buffer.page and not (enc.flat.HasField("compression")
+                                    and enc.flat.compression.scheme))
+
+
+def _fixed_bytes(enc: pb.ArrayEncoding) -> int:
+    """Bytes per value of a plain flat encoding (possibly wrapped as never null), else 0."""
+    which = enc.WhichOneof("array_encoding")
+    if which == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
+        return _fixed_bytes(enc.nullable.no_nulls.values)
+    if _plain_flat(enc) and enc.flat.bits_per_value % 8 == 0:
+        return int(enc.flat.bits_per_value) // 8
+    return 0
+
+
+def runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``rows`` as runs of consecutive values: ``(first, end)`` per run."""
+    if len(rows) == 0:
+        return rows[:0], rows[:0]
+    brk = np.flatnonzero(np.diff(rows) != 1) + 1
+    first = rows[np.concatenate(([0], brk))]
+    last = rows[np.concatenate((brk - 1, [len(rows) - 1]))]
+    return first, last + 1
+
+
+def _joined(parts: Sequence[bytes | memoryview]) -> np.ndarray:
+    if len(parts) == 1:
+        return np.frombuffer(parts[0], np.uint8)
+    return np.frombuffer(b"".join(parts), np.uint8)
+
+
+def _buffer(bufs: Buffers, ref: pb.Buffer) -> tuple[int, int]:
+    if ref.buffer_index >= len(bufs):
+        raise CorruptFileError("2.0 encoding names a missing page buffer")
+    return bufs[ref.buffer_index]
+
+
+def _fixed_ranges(buf: tuple[int, int], width: int, rows: np.ndarray,
+                  ) -> list[tuple[int, int]]:
+    pos, size = buf
+    first, end = runs(rows)
+    if len(end) and int(end[-1]) * width > size:
+        raise CorruptFileError("2.0 page buffer is shorter than its rows")
+    return list(zip((pos + first * width).tolist(), (pos + end * width).tolist(), strict=True))
+
+
+def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
+              ) -> Plan[tuple[Block, np.ndarray | None]]:
+    """The values of page-local ``rows`` (sorted, unique) and their validity (None: all
+    valid). ``enc`` must be :func:`supported`."""
+    which = enc.WhichOneof("array_encoding")
+    n = len(rows)
+    if which == "nullable":
+        kind = enc.nullable.WhichOneof("nullability")
+        if kind == "no_nulls":
+            block, _ = yield from read_rows(enc.nullable.no_nulls.values, bufs, rows)
+            return block, None
+        some = enc.nullable.some_nulls
+        byte_rows = np.unique(rows >> 3)
+        vbuf = _buffer(bufs, some.validity.flat.buffer)
+        ranges = _fixed_ranges(vbuf, 1, byte_rows)
+        got = yield ranges
+        bits = _joined(got)
+        where = np.searchsorted(byte_rows, rows >> 3)
+        valid = ((bits[where] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
+        block, _ = yield from read_rows(some.values, bufs, rows)
+        return block, valid
+    if which == "flat":
+        width = int(enc.flat.bits_per_value) // 8
+        got = yield _fixed_ranges(_buffer(bufs, enc.flat.buffer), width, rows)
+        return Fixed.from_bytes(_joined(got), width * 8, n), None
+    if which == "fixed_size_list":
+        dim = int(enc.fixed_size_list.dimension)
+        item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
+        items, items_valid = yield from read_rows(enc.fixed_size_list.items, bufs, item_rows)
+        if not isinstance(items, Fixed) or items.bits % 8:
+            raise CorruptFileError("2.0 fixed-size list items are not whole bytes")
+        width = items.bits // 8 * dim
+        item_valid = (None if items_valid is None or items_valid.all()
+                      else items_valid.reshape(n, dim))
+        return Fixed(items.as_bytes().reshape(n, width), width * 8, item_valid), None
+    if which == "binary":
+        return (yield from _binary_rows(enc.binary, bufs, rows))
+    if which == "constant":
+        value = np.frombuffer(enc.constant.value, np.uint8)
+        return Fixed.from_bytes(np.tile(value, n), len(value) * 8, n), None
+    raise CorruptFileError(f"2.0 encoding {which!r} cannot be read by row")
+
+
+def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
+                 ) -> Plan[tuple[Block, np.ndarray | None]]:
+    # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0).
+    need = np.unique(np.concatenate((rows[rows > 0] - 1, rows)))
+    ends_block, _ = yield from read_rows(enc.indices, bufs, need)
+    if not isinstance(ends_block, Fixed) or ends_block.bits != 64:
+        raise CorruptFileError("2.0 binary offsets are not 64-bit")
+    ends = ends_block.values.astype(np.int64)
+    adj = int(enc.null_adjustment)
+    is_null = ends >= adj if adj else np.zeros(len(ends), bool)
+    ends = np.where(is_null, ends - adj, ends)
+    at = np.searchsorted(need, rows)
+    stop = ends[at]
+    start = np.where(rows > 0, ends[np.maximum(at - 1, 0)], 0)
+    null = is_null[at]
+    pos, size = _buffer(bufs, enc.bytes.nullable.no_nulls.values.flat.buffer
+                        if enc.bytes.WhichOneof("array_encoding") == "nullable"
+                        else enc.bytes.flat.buffer)
+    if len(rows) and ((stop < start).any() or int(stop.max()) > size or start.min() < 0):
+        raise CorruptFileError("2.0 binary offsets are inconsistent")
+    lens = stop - start
+    keep = lens > 0
+    ranges = list(zip((pos + start[keep]).tolist(), (pos + stop[keep]).tolist(), strict=True))
+    got = yield ranges
+    data = _joined(got) if ranges else np.zeros(0, np.uint8)
+    offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    return Variable(offsets, data), (~null if null.any() else None)
+
+
+__all__ = ["read_rows", "runs", "supported"]
