@@ -31,6 +31,10 @@ T = TypeVar("T")
 #: A plan step whose fetched bytes total at least this much is decoded on a worker thread
 #: (smaller steps cost less than the hand-off).
 OFFLOAD_BYTES = 96 * 1024
+#: A take of at most this many rows decodes on the calling thread whatever bytes it fetched:
+#: it decodes only the rows it picks (microseconds each), so a hand-off to a worker thread
+#: would cost more than it saves.
+INLINE_TAKE_ROWS = 256
 #: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
 #: in their kernels, so two workers keep both cores busy next to the event loop).
 DECODE_WORKERS = 2
@@ -91,11 +95,12 @@ async def _step_off_loop(plan: Generator[Any, Any, Any], data: Any) -> tuple[Any
 
 
 async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store: DatasetStore,
-                   path: str) -> T:
+                   path: str, offload_bytes: int | None = OFFLOAD_BYTES) -> T:
     """Drive a read plan to completion, fetching each step's ranges from ``path``.
 
-    Steps that receive many bytes (where decoding happens) run on a small thread pool, so
-    the event loop stays free; the plan is only ever resumed by one thread at a time.
+    Steps that receive at least ``offload_bytes`` (where decoding happens; ``None``: never)
+    run on a small thread pool, so the event loop stays free; the plan is only ever resumed
+    by one thread at a time.
     """
     try:
         ranges: Any = next(plan)
@@ -106,7 +111,7 @@ async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store
                 if len(chunk) != end - start:
                     raise CorruptFileError(f"{path}: file ends before byte {end}")
                 total += end - start
-            if total >= OFFLOAD_BYTES:
+            if offload_bytes is not None and total >= offload_bytes:
                 ranges, value = await _step_off_loop(plan, data)
             else:
                 ranges, value = _step(plan, data)
@@ -263,8 +268,9 @@ class DataFileReader:
         """Rows in the file."""
         return self._reader.num_rows
 
-    async def _run(self, plan: Any) -> pa.RecordBatch:
-        return await run_plan(plan, self.store, self.path)
+    async def _run(self, plan: Any, offload_bytes: int | None = OFFLOAD_BYTES,
+                   ) -> pa.RecordBatch:
+        return await run_plan(plan, self.store, self.path, offload_bytes)
 
     async def read_range(self, schema: LanceSchema, start: int, end: int) -> pa.RecordBatch:
         """Rows ``[start, end)`` of the fields in ``schema``."""
@@ -275,7 +281,8 @@ class DataFileReader:
         """The rows at the given offsets (any order), reading only pages that hold them."""
         if len(rows):
             self._check_rows(int(np.max(rows)) + 1)
-        return await self._run(self._reader.take(rows, schema))
+        offload = OFFLOAD_BYTES if len(rows) > INLINE_TAKE_ROWS else None
+        return await self._run(self._reader.take(rows, schema), offload)
 
     # -- page statistics (v0.1/v0.2 files; 2.x files carry none) -------------------------------
     @property

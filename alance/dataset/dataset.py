@@ -32,7 +32,8 @@ from alance.dataset.row_ids import take_rows_by_id, uses_stable_row_ids
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
 from alance.dataset.tags import Tags, resolve_version
-from alance.dataset.take import take_rows
+from alance.dataset.take import read_positions, take_rows
+from alance.dataset.take_batch import TakeBatcher
 from alance.dataset.update import update_rows
 from alance.dataset.write import (
     WriteParams,
@@ -79,6 +80,9 @@ class LanceDataset:
         self._handler = handler
         self._snapshot = snapshot
         self._ctx = ReadContext(store, snapshot, user_view=True)
+        ctx = self._ctx
+        self._takes = TakeBatcher(lambda positions, columns: read_positions(ctx, positions,
+                                                                            columns))
 
     def __repr__(self) -> str:
         return f"LanceDataset({self.uri!r}, version={self.version})"
@@ -193,8 +197,11 @@ class LanceDataset:
 
     async def take(self, indices: Sequence[int] | Any, columns: Sequence[str] | None = None,
                    ) -> pa.Table:
-        """Rows by position in the dataset (0 .. count_rows-1), in the order given."""
-        return await take_rows(self._ctx, indices, columns)
+        """Rows by position in the dataset (0 .. count_rows-1), in the order given.
+
+        Takes issued concurrently on this dataset object share reads (see
+        :mod:`alance.dataset.take_batch`); each gets exactly its own rows."""
+        return await take_rows(self._ctx, indices, columns, self._takes)
 
     # -- stable row ids and the change data feed (alance.dataset.row_ids / .changes) ---------
     @property

@@ -49,6 +49,14 @@ class ReadContext:
         self._files: dict[str, DataFileReader] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
         self._dictionaries: dict[int, pa.Array] | None = None
+        self._row_ends: np.ndarray | None = None
+
+    def live_row_ends(self) -> np.ndarray:
+        """Live rows of the version up to and including each fragment (from the manifest)."""
+        if self._row_ends is None:
+            self._row_ends = np.cumsum([live_rows(f) for f in self.snapshot.fragments],
+                                       dtype=np.int64)
+        return self._row_ends
 
     @property
     def dictionaries(self) -> dict[int, pa.Array]:

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from alance.dataset.read import ReadContext, live_rows
 from alance.dataset.scan import as_schema
+from alance.dataset.take_batch import TakeBatcher
 from alance.errors import InvalidInputError
 from alance.format.schema import with_extension_type
 
@@ -28,44 +29,69 @@ def _as_indices(indices: Any) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | None) -> pa.Table:
-    """Rows at dataset positions ``indices`` (0-based, deleted rows not counted), in order."""
+def _schemas(ctx: ReadContext, columns: Sequence[str] | None) -> tuple[list[Any], pa.Schema]:
+    """The projected fields and the schema of the result (unknown names refused)."""
     schema = ctx.schema
     projection = [schema.field(n) for n in (columns if columns is not None else schema.names)]
-    storage_schema = pa.schema([f.to_arrow() for f in projection])
-    out_schema = pa.schema([with_extension_type(f) for f in storage_schema])
+    out_schema = pa.schema([with_extension_type(f.to_arrow()) for f in projection])
+    return projection, out_schema
+
+
+async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | None,
+                    batcher: TakeBatcher | None = None) -> pa.Table:
+    """Rows at dataset positions ``indices`` (0-based, deleted rows not counted), in order.
+
+    With a ``batcher``, takes that run concurrently share one read (see
+    :mod:`alance.dataset.take_batch`).
+    """
+    _, out_schema = _schemas(ctx, columns)  # unknown columns fail here, for this caller
     idx = _as_indices(indices)
     if idx.size == 0:
         return out_schema.empty_table()
-    fragments = ctx.snapshot.fragments
-    ends = np.cumsum([live_rows(f) for f in fragments], dtype=np.int64)
+    ends = ctx.live_row_ends()
     total = int(ends[-1]) if len(ends) else 0
-    bad = idx[(idx < 0) | (idx >= total)]
-    if bad.size:
+    if idx.min() < 0 or idx.max() >= total:
+        bad = idx[(idx < 0) | (idx >= total)]
         raise InvalidInputError(f"row index {int(bad[0])} is out of range: the dataset has "
                                 f"{total} rows")
-    which = np.searchsorted(ends, idx, side="right")
-    starts = ends - np.array([live_rows(f) for f in fragments], dtype=np.int64)
+    if batcher is not None:
+        return await batcher.take(idx, columns)
+    union, inverse = np.unique(idx, return_inverse=True)
+    table = await read_positions(ctx, union, columns)
+    if len(union) == len(idx) and np.array_equal(union, idx):
+        return table
+    return table.take(pa.array(inverse.ravel()))
 
-    async def read(pos: int) -> tuple[np.ndarray, pa.RecordBatch]:
+
+async def read_positions(ctx: ReadContext, positions: np.ndarray,
+                         columns: Sequence[str] | None) -> pa.Table:
+    """Rows at sorted, unique, valid dataset ``positions``, in that order."""
+    projection, out_schema = _schemas(ctx, columns)
+    fragments = ctx.snapshot.fragments
+    ends = ctx.live_row_ends()
+    which = np.searchsorted(ends, positions, side="right")
+    if len(fragments) == 1 or int(which[0]) == int(which[-1]):
+        groups = [(int(which[0]), positions)]
+    else:
+        cut = np.flatnonzero(np.diff(which)) + 1
+        groups = [(int(which[a]), positions[a:b]) for a, b in
+                  zip(np.concatenate(([0], cut)), np.concatenate((cut, [len(which)])),
+                      strict=True)]
+
+    async def read(pos: int, wanted: np.ndarray) -> pa.RecordBatch:
         frag = fragments[pos]
-        reader = ctx.fragment(frag)
-        mask = which == pos
-        local = np.unique(idx[mask] - starts[pos])
+        start = int(ends[pos]) - live_rows(frag)
+        local = wanted - start
         deleted = await ctx.deleted_offsets(frag)
         if deleted is not None and len(deleted):
             alive = np.setdiff1d(np.arange(frag.physical_rows, dtype=np.int64),
                                  deleted.astype(np.int64), assume_unique=True)
-            physical = alive[local]
-        else:
-            physical = local
-        batch = await reader.read_rows(projection, physical)
-        return local + starts[pos], batch
+            local = alive[local]
+        return await ctx.fragment(frag).read_rows(projection, local)
 
-    parts = await asyncio.gather(*(read(int(p)) for p in np.unique(which)))
-    positions = np.concatenate([p for p, _ in parts])
-    table = pa.Table.from_batches([b for _, b in parts], schema=storage_schema)
-    order = np.searchsorted(positions, idx)  # positions is sorted: fragments in order, unique
-    result = table.take(pa.array(order)).combine_chunks()
-    return pa.Table.from_batches([as_schema(b, out_schema) for b in result.to_batches()],
+    if len(groups) == 1:
+        batches = [await read(*groups[0])]
+    else:
+        batches = list(await asyncio.gather(*(read(p, w) for p, w in groups)))
+    return pa.Table.from_batches([as_schema(b, out_schema) for b in batches],
                                  schema=out_schema)
