@@ -31,10 +31,12 @@ T = TypeVar("T")
 #: A plan step whose fetched bytes total at least this much is decoded on a worker thread
 #: (smaller steps cost less than the hand-off).
 OFFLOAD_BYTES = 96 * 1024
-#: A take of at most this many rows decodes on the calling thread whatever bytes it fetched:
-#: it decodes only the rows it picks (microseconds each), so a hand-off to a worker thread
-#: would cost more than it saves.
+#: A take of at most this many rows decodes on the calling thread unless a step fetched more
+#: than :data:`TAKE_OFFLOAD_BYTES`: it decodes only the rows it picks (microseconds each), so
+#: a hand-off to a worker thread would cost more than it saves. (Cloud stores coalesce ranges
+#: up to a MiB apart, so a few hundred rows can arrive as megabytes: those go to a thread.)
 INLINE_TAKE_ROWS = 256
+TAKE_OFFLOAD_BYTES = 1024 * 1024
 #: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
 #: in their kernels, so two workers keep both cores busy next to the event loop).
 DECODE_WORKERS = 2
@@ -281,7 +283,7 @@ class DataFileReader:
         """The rows at the given offsets (any order), reading only pages that hold them."""
         if len(rows):
             self._check_rows(int(np.max(rows)) + 1)
-        offload = OFFLOAD_BYTES if len(rows) > INLINE_TAKE_ROWS else None
+        offload = OFFLOAD_BYTES if len(rows) > INLINE_TAKE_ROWS else TAKE_OFFLOAD_BYTES
         return await self._run(self._reader.take(rows, schema), offload)
 
     # -- page statistics (v0.1/v0.2 files; 2.x files carry none) -------------------------------

@@ -203,22 +203,27 @@ class DatasetStore:
 
         fetched = [buf for bufs in await asyncio.gather(*(fetch(b) for b in batches))
                    for buf in bufs]
-        blocks: list[tuple[int, Buffer]] = []
-        i = 0
-        for start, end in merged:
-            parts = []
-            while i < len(pieces) and pieces[i][0] < end:
-                parts.append(fetched[i])
-                i += 1
-            blocks.append((start, parts[0] if len(parts) == 1 else b"".join(parts)))
-        starts = [b[0] for b in blocks]
+        # Answer each range with a view of the piece holding it; only a range that spans
+        # pieces (of a split) is copied, and then only its own bytes.
+        starts = [p[0] for p in pieces]
         out: list[Buffer] = []
         for s, e in ranges:
             if e <= s:
                 out.append(b"")
                 continue
-            block_start, data = blocks[bisect.bisect_right(starts, s) - 1]
-            view = memoryview(data)[s - block_start:e - block_start]
+            i = bisect.bisect_right(starts, s) - 1
+            piece_start = pieces[i][0]
+            view = memoryview(fetched[i])[s - piece_start:e - piece_start]
+            if len(view) < e - s and pieces[i][1] < e and len(fetched[i]) == (pieces[i][1]
+                                                                                - piece_start):
+                parts = [view]
+                got = len(view)
+                while got < e - s and i + 1 < len(pieces) and pieces[i + 1][0] == pieces[i][1]:
+                    i += 1
+                    part = memoryview(fetched[i])[: e - s - got]
+                    parts.append(part)
+                    got += len(part)
+                view = memoryview(b"".join(parts))
             if len(view) != e - s:
                 raise CorruptFileError(f"{path}: bytes {s}..{e} requested, but the object "
                                        f"ends before byte {e}")
@@ -278,14 +283,34 @@ class DatasetStore:
         return ObjectWriter(self, path, part_size)
 
 
+#: A gap this small is always read through when coalescing; wider gaps (up to the store's
+#: ``coalesce_bytes``) only when the merged range holds :data:`DENSE_FACTOR` times as many
+#: wanted bytes.
+MIN_COALESCE_GAP = 64 * 1024
+DENSE_FACTOR = 8
+
+
 def _coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    """Sorted, non-empty ranges merged where they overlap or lie at most ``gap`` apart."""
+    """Sorted, non-empty ranges merged where they overlap or lie close together.
+
+    Two neighbours are merged across a gap of at most ``gap`` bytes, but a gap wider than
+    :data:`MIN_COALESCE_GAP` only when the range built so far holds :data:`DENSE_FACTOR`
+    times that many wanted bytes: dense reads (scans) save requests, while sparse reads (a
+    take of rows far apart) never fetch megabytes between the few bytes they need.
+    """
     merged: list[tuple[int, int]] = []
+    useful = 0  # wanted bytes in merged[-1]
     for s, e in ranges:
-        if merged and s - merged[-1][1] <= gap:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-        else:
-            merged.append((s, e))
+        if merged:
+            first, end = merged[-1]
+            between = s - end
+            if between <= 0 or (between <= gap and (between <= MIN_COALESCE_GAP
+                                                    or between * DENSE_FACTOR <= useful)):
+                useful += max(0, e - max(s, end))
+                merged[-1] = (first, max(end, e))
+                continue
+        merged.append((s, e))
+        useful = e - s
     return merged
 
 
