@@ -182,6 +182,9 @@ class Scanner:
             # A short ``limit`` (head(), a first page) reads no more than it returns: chunks
             # of about the rows wanted (whole row groups still), scheduled only while needed.
             self.chunk_rows = max(1, min(self.chunk_rows, self.offset + limit))
+        #: Chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group).
+        self._short = (self.filter is None and limit is not None and chunk_rows ==
+                       DEFAULT_CHUNK_ROWS and self.chunk_rows < 1024)
         if self.filter is not None and chunk_rows == DEFAULT_CHUNK_ROWS and limit is None \
                 and self._filter_fields:
             # The filter phase reads only the filter columns: size its chunks by those, so a
@@ -228,6 +231,11 @@ class Scanner:
             reader = self.ctx.fragment(frag)
             bounds = await reader.row_group_bounds()
             maybe = await self._pruner.ranges(frag) if self._pruner is not None else None
+            if self._short:  # a short limit: exactly the rows wanted, not whole row groups
+                for start in range(0, reader.physical_rows, self.chunk_rows):
+                    yield _Chunk(reader, start, min(start + self.chunk_rows,
+                                                    reader.physical_rows))
+                continue
             spans: list[tuple[int, int]] = []
             start = 0
             for i in range(1, len(bounds)):
