@@ -178,13 +178,14 @@ class Scanner:
             self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows)
         #: Rows per read of the other projected columns of a filtered scan (bounds memory).
         self._rest_rows = self.chunk_rows
-        if self.filter is None and limit is not None and chunk_rows == DEFAULT_CHUNK_ROWS:
+        self._limit_chunks = (self.filter is None and limit is not None
+                              and chunk_rows == DEFAULT_CHUNK_ROWS)
+        if self._limit_chunks:
             # A short ``limit`` (head(), a first page) reads no more than it returns: chunks
             # of about the rows wanted (whole row groups still), scheduled only while needed.
-            self.chunk_rows = max(1, min(self.chunk_rows, self.offset + limit))
+            self.chunk_rows = max(1, min(self.chunk_rows, self.offset + (limit or 0)))
         #: Chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group).
-        self._short = (self.filter is None and limit is not None and chunk_rows ==
-                       DEFAULT_CHUNK_ROWS and self.chunk_rows < 1024)
+        self._short = self._limit_chunks and self.chunk_rows < 1024
         if self.filter is not None and chunk_rows == DEFAULT_CHUNK_ROWS and limit is None \
                 and self._filter_fields:
             # The filter phase reads only the filter columns: size its chunks by those, so a
@@ -259,13 +260,17 @@ class Scanner:
         """The result rows of one chunk (one or more batches, in order): deletions removed,
         filter applied, projected."""
         fragment = chunk.fragment
-        offsets = chunk.rows()
-        num_rows = len(offsets)
         deleted = await self.ctx.deleted_offsets(fragment.fragment)
         keep: np.ndarray | None = None
+        # The chunk's physical row offsets, materialised only where they are used (a plain
+        # range of a fragment without deletions needs none).
+        offsets: np.ndarray | _Chunk = chunk
+        num_rows = chunk.end - chunk.start if chunk.parts is None else len(chunk.rows())
         if deleted is not None and len(deleted):
-            keep = ~np.isin(offsets, deleted.astype(np.uint64), assume_unique=True)
-            offsets = offsets[keep]
+            rows = chunk.rows()
+            keep = ~np.isin(rows, deleted.astype(np.uint64), assume_unique=True)
+            offsets = rows[keep]
+        live = num_rows if isinstance(offsets, _Chunk) else len(offsets)
         if self.filter is None:
             batch = await chunk.read(self.read_fields)
             if keep is not None:
@@ -279,7 +284,7 @@ class Scanner:
             head = head.filter(pa.array(keep))
         head = await self._with_system_columns(head, fragment, offsets)
         if rest:  # remember where each row came from, to fetch its other columns
-            positions = pa.array(np.arange(len(offsets), dtype=np.int64))
+            positions = pa.array(np.arange(live, dtype=np.int64))
             head = pa.RecordBatch.from_arrays([*head.columns, positions],
                                               schema=head.schema.append(
                                                   pa.field(_POSITION, pa.int64())))
@@ -295,7 +300,12 @@ class Scanner:
             for f in rest:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
             return [selected.select(names)]
-        physical = offsets[positions].astype(np.int64)
+        if isinstance(offsets, _Chunk):
+            physical = positions.astype(np.int64) + (chunk.start if chunk.parts is None else 0)
+            if chunk.parts is not None:
+                physical = chunk.rows()[positions].astype(np.int64)
+        else:
+            physical = offsets[positions].astype(np.int64)
         step = self._rest_rows  # rows of the other columns per read: bounds memory
         jobs: list[Callable[[], Awaitable[pa.RecordBatch]]] = []
 
@@ -324,10 +334,12 @@ class Scanner:
         return await _in_order(jobs, _REST_READ_AHEAD)
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
-                                   offsets: np.ndarray) -> pa.RecordBatch:
+                                   offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
         wanted = [n for n in SYSTEM_COLUMNS
                   if n in self._output_names or n in self._filter_system]
         if wanted:
+            if isinstance(offsets, _Chunk):
+                offsets = offsets.rows()
             extra = await system_columns(self.ctx, fragment.fragment, offsets, wanted)
             arrays = [*batch.columns, *extra.values()]
             fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in extra)]
@@ -336,7 +348,7 @@ class Scanner:
         return batch
 
     async def _finish(self, batch: pa.RecordBatch, fragment: FragmentReader,
-                      offsets: np.ndarray) -> pa.RecordBatch:
+                      offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
         batch = await self._with_system_columns(batch, fragment, offsets)
         return batch.select(self.output_schema.names)
 
@@ -384,6 +396,11 @@ class Scanner:
         if remaining == 0:
             return
         need = (skip + remaining if self.filter is None and remaining is not None else None)
+        if need is not None and self._limit_chunks:
+            # Fragments before the offset were skipped unread: size chunks by the rows
+            # still wanted from the rest, not by the dataset-wide offset.
+            self.chunk_rows = max(1, min(self.chunk_rows, need))
+            self._short = self.chunk_rows < 1024
         stream = self._filtered_batches(fragments, need)
         try:
             async for batch in stream:

@@ -54,6 +54,9 @@ async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | Non
         bad = idx[(idx < 0) | (idx >= total)]
         raise InvalidInputError(f"row index {int(bad[0])} is out of range: the dataset has "
                                 f"{total} rows")
+    if not out_schema:  # no columns, but one row per index (as pylance returns)
+        return pa.Table.from_batches(
+            [pa.RecordBatch.from_arrays([pa.nulls(len(idx))], ["_"]).select([])])
     if batcher is not None:
         return await batcher.take(idx, columns)
     union, inverse = np.unique(idx, return_inverse=True)

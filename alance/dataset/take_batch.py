@@ -15,6 +15,7 @@ shared read (a corrupt file, a store failure) reaches every caller whose rows it
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ Reader = Callable[[np.ndarray, Sequence[str] | None], Awaitable[pa.Table]]
 
 @dataclass
 class _Queue:
+    loop: asyncio.AbstractEventLoop
     columns: Sequence[str] | None
     waiting: list[tuple[np.ndarray, asyncio.Future[pa.Table]]] = field(default_factory=list)
     running: int = 0
@@ -48,20 +50,23 @@ class TakeBatcher:
 
     def __init__(self, read: Reader) -> None:
         self._read = read
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: dict[tuple[str, ...] | None, _Queue] = {}
+        # Futures belong to one event loop: each loop that takes gets its own queues.
+        self._queues: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, ...] | None, _Queue]] = (
+                weakref.WeakKeyDictionary())
 
     async def take(self, positions: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
         """Rows at ``positions`` (validated, any order, repeats allowed), in that order."""
         if len(positions) > MAX_SHARED_TAKE:
             return await _alone(self._read, positions, columns)
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # futures belong to one loop: start afresh on another
-            self._loop, self._queues = loop, {}
+        queues = self._queues.get(loop)
+        if queues is None:
+            queues = self._queues[loop] = {}
         key = None if columns is None else tuple(columns)
-        queue = self._queues.get(key)
+        queue = queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue(columns)
+            queue = queues[key] = _Queue(loop, columns)
         fut: asyncio.Future[pa.Table] = loop.create_future()
         queue.waiting.append((positions, fut))
         self._schedule(queue)
@@ -70,8 +75,7 @@ class TakeBatcher:
     def _schedule(self, queue: _Queue) -> None:
         if queue.waiting and not queue.scheduled and queue.running < MAX_RUNNING:
             queue.scheduled = True
-            assert self._loop is not None
-            self._loop.call_soon(self._start, queue)
+            queue.loop.call_soon(self._start, queue)
 
     def _start(self, queue: _Queue) -> None:
         queue.scheduled = False
@@ -87,8 +91,7 @@ class TakeBatcher:
         if not batch:
             return
         queue.running += 1
-        assert self._loop is not None
-        self._loop.create_task(self._run(queue, batch))
+        queue.loop.create_task(self._run(queue, batch))
         self._schedule(queue)
 
     async def _run(self, queue: _Queue,

@@ -27,6 +27,7 @@ module holds the public entry points.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
@@ -107,9 +108,19 @@ def filter_columns(
 def compile_filter_and_columns(
     sql: str, schema: pa.Schema, extra_columns: Sequence[str] = ROW_ADDRESS_COLUMNS
 ) -> tuple[pc.Expression, list[str]]:
-    """:func:`compile_filter` and :func:`filter_columns` in one pass (parses once)."""
+    """:func:`compile_filter` and :func:`filter_columns` in one pass (parses once).
+
+    Compiled filters are remembered (a service repeats the same filters, and parsing costs
+    more than a point read); expressions are immutable, so sharing them is safe."""
+    expr, names = _compiled(sql, schema, tuple(extra_columns))
+    return expr, list(names)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(sql: str, schema: pa.Schema, extra_columns: tuple[str, ...],
+              ) -> tuple[pc.Expression, tuple[str, ...]]:
     expr, compiler = _compile(sql, schema, extra_columns)
-    return expr, [name for name in compiler.schema.names if name in compiler.columns]
+    return expr, tuple(name for name in compiler.schema.names if name in compiler.columns)
 
 
 def compile_expression(
