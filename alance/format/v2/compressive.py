@@ -272,6 +272,13 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
         if _fsst_on(enc.fsst.symbol_table):
             fsst_symbols(enc.fsst.symbol_table)  # a bad table fails here, not later
         return FsstVariable(picked.offsets, picked.data, enc.fsst.symbol_table)
+    if pick is not None and which == "fixed_size_list" and not enc.fixed_size_list.has_validity \
+            and len(bufs) == 1:
+        # The items of the picked lists, picked from the inner encoding.
+        dim = int(enc.fixed_size_list.items_per_value)
+        item_pick = (pick[:, None] * dim + np.arange(dim)).reshape(-1)
+        items = miniblock_values(enc.fixed_size_list.values, bufs, counts * dim, item_pick)
+        return _group_fsl(items, dim, len(pick))
     if pick is not None:
         block = miniblock_values(enc, bufs, counts)
         if len(pick) and pick.max() >= len(block):

@@ -188,8 +188,14 @@ def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Parse an FSST symbol table into a ``(512, 8)`` expansion table and lengths.
 
     Rows 0..255 are the codes (255 is the escape, length 0); rows 256 + b expand to the literal
-    byte ``b``.
+    byte ``b``. Parsed tables are remembered (every chunk of a page shares one); the arrays
+    are read-only.
     """
+    return _fsst_symbols(bytes(table))
+
+
+@lru_cache(maxsize=256)
+def _fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
     if len(table) < 8:
         raise CorruptFileError("FSST symbol table is truncated")
     header = int.from_bytes(table[:8], "little")
@@ -207,6 +213,8 @@ def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
     expand[256:, 0] = np.arange(256, dtype=np.uint8)
     length[256:] = 1
     length[255] = 0
+    expand.setflags(write=False)
+    length.setflags(write=False)
     return expand, length
 
 

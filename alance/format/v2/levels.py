@@ -14,7 +14,9 @@ slots and (for lists) the length of each list, plus a mask of the items that car
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -59,8 +61,14 @@ class LevelPlan:
         return self.scope_max[0]
 
 
-def plan_levels(layers: list[int]) -> LevelPlan:
-    """Work out which definition/repetition levels belong to which layer."""
+def plan_levels(layers: Sequence[int]) -> LevelPlan:
+    """Work out which definition/repetition levels belong to which layer (remembered per
+    layer list: every page of a column has the same; treat the result as read-only)."""
+    return _plan_levels(tuple(layers))
+
+
+@lru_cache(maxsize=1024)
+def _plan_levels(layers: tuple[int, ...]) -> LevelPlan:
     if not layers:
         raise CorruptFileError("a page has no rep/def layers")
     null_l, empty_l, below, own = [], [], [], []
