@@ -236,7 +236,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=400_000)
     p.add_argument("--formats", default="2.0,2.1,2.2")
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--requests", type=int, default=1500)
+    p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--serial", type=int, default=50, help="calls per one-at-a-time figure")
     p.add_argument("--k", type=int, default=10, help="rows per take")
     p.add_argument("--s3", action="store_true", help="also over SeaweedFS via the latency proxy")
