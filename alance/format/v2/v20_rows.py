@@ -20,6 +20,7 @@ from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError
 from alance.format.legacy.plan import Plan
 from alance.format.v2.blocks import Block, Fixed, Variable
+from alance.format.v2.kernels import range_indices
 
 Buffers = Sequence[tuple[int, int]]  # (file position, size) of each page buffer
 
@@ -104,13 +105,19 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
             block, _ = yield from read_rows(enc.nullable.no_nulls.values, bufs, rows)
             return block, None
         some = enc.nullable.some_nulls
-        byte_rows = np.unique(rows >> 3)
-        vbuf = _buffer(bufs, some.validity.flat.buffer)
-        ranges = _fixed_ranges(vbuf, 1, byte_rows)
-        got = yield ranges
+        pos, size = _buffer(bufs, some.validity.flat.buffer)
+        # The bitmap bytes of each run of rows, fetched run by run (neighbours may share a
+        # byte; the IO layer merges overlapping ranges).
+        first, end = runs(rows)
+        b_first, b_end = first >> 3, ((end - 1) >> 3) + 1
+        if len(b_end) and int(b_end[-1]) > size:
+            raise CorruptFileError("2.0 validity buffer is shorter than its rows")
+        got = yield list(zip((pos + b_first).tolist(), (pos + b_end).tolist(), strict=True))
         bits = _joined(got)
-        where = np.searchsorted(byte_rows, rows >> 3)
-        valid = ((bits[where] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
+        run_of_row = np.repeat(np.arange(len(first)), end - first)
+        base = np.concatenate(([0], np.cumsum(b_end - b_first)[:-1]))
+        at = base[run_of_row] + (rows >> 3) - b_first[run_of_row]
+        valid = ((bits[at] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
         block, _ = yield from read_rows(some.values, bufs, rows)
         return block, valid
     if which == "flat":
@@ -137,8 +144,11 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
 
 def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
                  ) -> Plan[tuple[Block, np.ndarray | None]]:
-    # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0).
-    need = np.unique(np.concatenate((rows[rows > 0] - 1, rows)))
+    # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0). Runs of rows
+    # are maximal, so extending each run back by one row keeps them sorted and disjoint.
+    first, end = runs(rows)
+    lo = np.maximum(first - 1, 0)
+    need = range_indices(lo, end - lo)
     ends_block, _ = yield from read_rows(enc.indices, bufs, need)
     if not isinstance(ends_block, Fixed) or ends_block.bits != 64:
         raise CorruptFileError("2.0 binary offsets are not 64-bit")
@@ -156,8 +166,13 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
     if len(rows) and ((stop < start).any() or int(stop.max()) > size or start.min() < 0):
         raise CorruptFileError("2.0 binary offsets are inconsistent")
     lens = stop - start
-    keep = lens > 0
-    ranges = list(zip((pos + start[keep]).tolist(), (pos + stop[keep]).tolist(), strict=True))
+    # One range per run of values that lie back to back (consecutive rows do).
+    brk = np.flatnonzero(start[1:] != stop[:-1]) + 1
+    r_start = start[np.concatenate(([0], brk))] if len(rows) else start
+    r_stop = stop[np.concatenate((brk - 1, [len(rows) - 1]))] if len(rows) else stop
+    keep = r_stop > r_start
+    ranges = list(zip((pos + r_start[keep]).tolist(), (pos + r_stop[keep]).tolist(),
+                      strict=True))
     got = yield ranges
     data = _joined(got) if ranges else np.zeros(0, np.uint8)
     offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
