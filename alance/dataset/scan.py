@@ -32,6 +32,9 @@ __all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "as_schema", "r
 DEFAULT_BATCH_SIZE = 8192
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
+#: Gathers of at least this many rows (the non-filter columns of a filtered scan) run on a
+#: worker thread (Arrow's take releases the GIL), not on the event loop.
+_OFFLOAD_TAKE_ROWS = 16 * 1024
 _POSITION = "__alance_position"
 T = TypeVar("T")
 #: Pieces of a filtered chunk's other columns read ahead of the one being finished.
@@ -324,7 +327,13 @@ class Scanner:
             # each range they are a contiguous run of ``selected``).
             async def by_range(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
                 tail = await fragment.read_range(rest, start, end)
-                return joined(lo, hi, tail.take(pa.array(physical[lo:hi] - start)))
+                wanted = physical[lo:hi] - start
+                if int(wanted[-1]) - int(wanted[0]) == hi - lo - 1:  # a run: no copy
+                    return joined(lo, hi, tail.slice(int(wanted[0]), hi - lo))
+                if hi - lo >= _OFFLOAD_TAKE_ROWS:  # a big gather: off the event loop
+                    picked = await asyncio.to_thread(tail.take, pa.array(wanted))
+                    return joined(lo, hi, picked)
+                return joined(lo, hi, tail.take(pa.array(wanted)))
 
             for start in range(chunk.start, chunk.end, step):
                 end = min(chunk.end, start + step)

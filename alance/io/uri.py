@@ -34,6 +34,9 @@ _memory_store: MemoryStore | None = None
 _dict_objects: dict[str, tuple[bytes, dt.datetime]] = {}
 
 
+#: Local stores read ranges up to this long with one call (no pieces to join).
+LOCAL_SPLIT_BYTES = 1 << 40
+
 def _shared_memory_store() -> MemoryStore:
     """One in-process memory store, so ``memory://x`` names the same dataset everywhere."""
     global _memory_store
@@ -114,6 +117,9 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     if scheme in ("", "file"):
         path = parsed.path if scheme == "file" else text
         root = os.path.abspath(os.path.expanduser(path))
+        # A local range is read by one pread however long: splitting it would only add a
+        # join of the pieces.
+        policy.setdefault("split_bytes", LOCAL_SPLIT_BYTES)
         return DatasetStore(ObstoreBackend(LocalStore()), root.lstrip("/"), uri=text,
                             max_concurrency=max_concurrency, after_fork=PosixBackend,
                             limiter_key="file://", **policy)
