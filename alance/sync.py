@@ -91,10 +91,22 @@ class Scanner:
 
 
 class LanceDataset:
-    """Blocking twin of :class:`alance.LanceDataset`."""
+    """Blocking twin of :class:`alance.LanceDataset`, with pylance's object semantics.
+
+    As in pylance, calls that commit a new version (``delete``, ``update``, ``merge_insert``
+    ``execute``, ``add_columns``, ``merge``, ``drop_columns``, ``alter_columns``, ``restore``,
+    ``compact_files``) move this object to that version; ``checkout_version`` returns another
+    object. (The async :class:`alance.LanceDataset` is an immutable view of one version:
+    its calls return the new version instead.)
+    """
 
     def __init__(self, dataset: _async.LanceDataset) -> None:
         self._async = dataset
+
+    def _moved_to(self, dataset: _async.LanceDataset) -> LanceDataset:
+        """Point this object at ``dataset`` (the version a call just committed)."""
+        self._async = dataset
+        return self
 
     def __repr__(self) -> str:
         return repr(self._async)
@@ -141,8 +153,10 @@ class LanceDataset:
         """The fragments of this version."""
         return self._async.get_fragments()
 
+    @property
     def latest_version(self) -> int:
-        """The newest committed version number."""
+        """The newest committed version number (read from the store on each access, as in
+        pylance)."""
         return _loop.run(self._async.latest_version())
 
     def versions(self) -> list[dict[str, Any]]:
@@ -222,35 +236,35 @@ class LanceDataset:
 
     def delete(self, predicate: str | pc.Expression, **kwargs: Any) -> DeleteResult:
         """Blocking :meth:`alance.LanceDataset.delete` (``result.dataset`` is blocking too)."""
-        return _wrapped(_loop.run(self._async.delete(predicate, **kwargs)))
+        return _moved(self, _loop.run(self._async.delete(predicate, **kwargs)))
 
     def update(self, updates: Mapping[str, Any], where: str | pc.Expression | None = None,
                **kwargs: Any) -> UpdateResult:
         """Blocking :meth:`alance.LanceDataset.update`."""
-        return _wrapped(_loop.run(self._async.update(updates, where, **kwargs)))
+        return _moved(self, _loop.run(self._async.update(updates, where, **kwargs)))
 
     def add_columns(self, transforms: Any, read_columns: Sequence[str] | None = None,
                     batch_size: int | None = None, **kwargs: Any) -> LanceDataset:
-        """Blocking :meth:`alance.LanceDataset.add_columns` (returns the new version)."""
-        return LanceDataset(_loop.run(self._async.add_columns(transforms, read_columns,
-                                                              batch_size, **kwargs)))
+        """Blocking :meth:`alance.LanceDataset.add_columns` (moves to the new version)."""
+        return self._moved_to(_loop.run(self._async.add_columns(transforms, read_columns,
+                                                                batch_size, **kwargs)))
 
     def merge(self, data: Any, left_on: str, right_on: str | None = None,
               **kwargs: Any) -> LanceDataset:
-        """Blocking :meth:`alance.LanceDataset.merge` (returns the new version)."""
-        return LanceDataset(_loop.run(self._async.merge(data, left_on, right_on, **kwargs)))
+        """Blocking :meth:`alance.LanceDataset.merge` (moves to the new version)."""
+        return self._moved_to(_loop.run(self._async.merge(data, left_on, right_on, **kwargs)))
 
     def drop_columns(self, columns: Sequence[str]) -> LanceDataset:
-        """Blocking :meth:`alance.LanceDataset.drop_columns` (returns the new version)."""
-        return LanceDataset(_loop.run(self._async.drop_columns(columns)))
+        """Blocking :meth:`alance.LanceDataset.drop_columns` (moves to the new version)."""
+        return self._moved_to(_loop.run(self._async.drop_columns(columns)))
 
     def alter_columns(self, *alterations: Mapping[str, Any]) -> LanceDataset:
-        """Blocking :meth:`alance.LanceDataset.alter_columns` (returns the new version)."""
-        return LanceDataset(_loop.run(self._async.alter_columns(*alterations)))
+        """Blocking :meth:`alance.LanceDataset.alter_columns` (moves to the new version)."""
+        return self._moved_to(_loop.run(self._async.alter_columns(*alterations)))
 
     def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
         """Blocking :meth:`alance.LanceDataset.merge_insert`."""
-        return MergeInsertBuilder(self._async.merge_insert(on))
+        return MergeInsertBuilder(self._async.merge_insert(on), self)
 
     # -- version management (compaction, cleanup, restore, tags) -----------------------------
     @property
@@ -259,13 +273,14 @@ class LanceDataset:
         return Tags(self._async.tags)
 
     def restore(self, version: int | str | None = None) -> LanceDataset:
-        """Blocking :meth:`alance.LanceDataset.restore`."""
-        return LanceDataset(_loop.run(self._async.restore(version)))
+        """Blocking :meth:`alance.LanceDataset.restore` (moves to the restored version)."""
+        return self._moved_to(_loop.run(self._async.restore(version)))
 
     def compact_files(self, **kwargs: Any) -> CompactionResult:
-        """Blocking :meth:`alance.LanceDataset.compact_files` (``result.dataset`` blocking)."""
+        """Blocking :meth:`alance.LanceDataset.compact_files` (moves to the compacted
+        version; ``result.dataset`` is this object)."""
         result = _loop.run(self._async.compact_files(**kwargs))
-        return dataclasses.replace(result, dataset=LanceDataset(result.dataset))
+        return dataclasses.replace(result, dataset=self._moved_to(result.dataset))
 
     def cleanup_old_versions(self, older_than: dt.timedelta | None = None,
                              retain_versions: int | None = None, **kwargs: Any) -> CleanupStats:
@@ -314,7 +329,13 @@ R = TypeVar("R", DeleteResult, UpdateResult, MergeInsertResult)
 
 
 def _wrapped(result: R) -> R:
+    """``result`` with its dataset as a new blocking object (distributed commits)."""
     return dataclasses.replace(result, dataset=LanceDataset(result.dataset))
+
+
+def _moved(target: LanceDataset, result: R) -> R:
+    """``result`` with its dataset being ``target``, moved to the version it committed."""
+    return dataclasses.replace(result, dataset=target._moved_to(result.dataset))
 
 
 class ChangeFeed:
@@ -343,8 +364,10 @@ class ChangeFeed:
 class MergeInsertBuilder:
     """Blocking twin of :class:`alance.dataset.merge_insert.MergeInsertBuilder`."""
 
-    def __init__(self, builder: _AsyncMergeInsertBuilder) -> None:
+    def __init__(self, builder: _AsyncMergeInsertBuilder,
+                 target: LanceDataset | None = None) -> None:
         self._async = builder
+        self._target = target
 
     def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
         """Update matched rows (where ``condition`` holds)."""
@@ -367,8 +390,11 @@ class MergeInsertBuilder:
         return self
 
     def execute(self, data: Any, *, schema: pa.Schema | None = None) -> MergeInsertResult:
-        """Run and commit the merge; returns the counts and the new version."""
-        return _wrapped(_loop.run(self._async.execute(data, schema=schema)))
+        """Run and commit the merge; the dataset it was built from moves to the new version
+        (as in pylance). Returns the counts (``result["num_inserted_rows"]`` ...)."""
+        result = _loop.run(self._async.execute(data, schema=schema))
+        target = self._target if self._target is not None else LanceDataset(result.dataset)
+        return _moved(target, result)
 
 
 def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,

@@ -96,8 +96,8 @@ async def run(args: argparse.Namespace) -> None:
                 if not theirs.equals(ours.cast(theirs.schema)):
                     raise SystemExit(f"{fmt} {name}: alance and pylance disagree")
                 del theirs, ours
-                tp = median(lambda kw=kw: py.to_table(**kw), args.repeat)
-                ta = await amedian(lambda kw=kw: al.to_table(**kw), args.repeat)
+                tp = median(lambda kw=kw, py=py: py.to_table(**kw), args.repeat)
+                ta = await amedian(lambda kw=kw, al=al: al.to_table(**kw), args.repeat)
                 cells[(fmt, name)] = (tp, ta)
                 print(f"  {fmt:<7} {name:<26} pylance {tp:7.3f} s  alance {ta:7.3f} s  "
                       f"{ta / tp:5.2f}", flush=True)

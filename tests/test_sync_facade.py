@@ -250,6 +250,11 @@ def test_pickle_sync_dataset(written: tuple[str, pa.Table]) -> None:
 # -- the facade mirrors the async API ----------------------------------------------------------
 
 
+#: Awaited methods of the async API that the blocking facade offers as properties, as pylance
+#: does (``ds.latest_version``).
+SYNC_PROPERTIES = {"latest_version"}
+
+
 def _public(cls: type) -> dict[str, object]:
     return {n: inspect.getattr_static(cls, n) for n in dir(cls) if not n.startswith("_")}
 
@@ -264,6 +269,9 @@ def test_sync_mirrors_async_classes(async_cls: type, sync_cls: type) -> None:
     assert not missing, f"alance.sync.{sync_cls.__name__} lacks {missing}"
     for name, attr in theirs.items():
         mine = ours[name]
+        if name in SYNC_PROPERTIES:  # pylance's form: a property on the blocking object
+            assert isinstance(mine, property), name
+            continue
         assert isinstance(mine, property) == isinstance(attr, property), name
         if isinstance(attr, property):
             continue
@@ -302,3 +310,45 @@ def test_sync_mirrors_async_module() -> None:
         _check_parameters(getattr(alance, name), fn, name)
     for name in ("LanceDataset", "Scanner"):
         assert name in al.__all__
+
+
+def test_committing_calls_move_the_object_as_in_pylance(tmp_path: Path) -> None:
+    """alance.sync follows pylance: a call that commits moves the dataset object to the new
+    version (and returns pylance's counts); checkout_version gives another object; the async
+    API keeps returning new immutable versions."""
+    import lance
+
+    uri = str(tmp_path / "ds")
+    table = pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array(range(10))})
+    ours = al.write_dataset(table, uri)
+    theirs_uri = str(tmp_path / "theirs")
+    theirs = lance.write_dataset(table, theirs_uri)
+    for ds in (ours, theirs):
+        counts = ds.delete("id < 3")
+        assert counts["num_deleted_rows"] == 3
+        assert ds.version == 2 and ds.count_rows() == 7
+        assert ds.update({"v": "v + 100"}, where="id = 5")["num_rows_updated"] == 1
+        assert ds.version == 3
+        result = (ds.merge_insert("id").when_matched_update_all()
+                  .when_not_matched_insert_all()
+                  .execute(pa.table({"id": pa.array([5, 42], pa.int64()),
+                                     "v": pa.array([7, 8])})))
+        assert result["num_inserted_rows"] == 1 and result["num_updated_rows"] == 1
+        assert ds.version == 4 and ds.count_rows() == 8
+        ds.add_columns({"w": "v * 2"})
+        assert ds.version == 5 and "w" in ds.schema.names
+        ds.drop_columns(["w"])
+        assert ds.version == 6 and ds.schema.names == ["id", "v"]
+        old = ds.checkout_version(2)
+        assert old.version == 2 and ds.version == 6
+    assert ours.to_table().sort_by("id").equals(theirs.to_table().sort_by("id"))
+    ours.restore(2)
+    assert ours.version == 7 and ours.count_rows() == 7
+
+    async def immutable() -> None:
+        ds = await alance.open_dataset(uri)
+        before = ds.version
+        result = await ds.delete("id = 9")
+        assert ds.version == before and result.dataset.version == before + 1
+
+    asyncio.run(immutable())

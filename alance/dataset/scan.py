@@ -135,9 +135,9 @@ class Scanner:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
-            raise InvalidInputError("limit must be >= 0")
+            raise InvalidInputError(f"Limit must be non-negative, got {limit}")
         if offset is not None and offset < 0:
-            raise InvalidInputError("offset must be >= 0")
+            raise InvalidInputError(f"Offset must be non-negative, got {offset}")
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1")
         names = list(columns) if columns is not None else schema.names
