@@ -283,7 +283,7 @@ async def cmd_restore(args: argparse.Namespace, out: _Output) -> None:
 async def cmd_tag(args: argparse.Namespace, out: _Output) -> None:
     ds = await _open(args)
     if args.tag_command == "list":
-        tags = await ds.tags.list_ordered()
+        tags = [t for _, t in await ds.tags.list_ordered()]
         out.emit({t.name: t.to_dict() for t in tags},
                  _table("tags", ["name", "version", "created", "manifest bytes"],
                         [(t.name, t.version, t.created_at, t.manifest_size) for t in tags]))

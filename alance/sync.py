@@ -29,6 +29,7 @@ from alance.dataset import dataset as _async
 from alance.dataset import distributed as _distributed
 from alance.dataset import distributed_compaction as _distributed_compaction
 from alance.dataset import distributed_dml as _distributed_dml
+from alance.dataset import stats as _stats
 from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
 from alance.dataset.cleanup import CleanupStats
 from alance.dataset.compaction import CompactionResult
@@ -219,6 +220,9 @@ class LanceDataset:
         """Rows by ``_rowid``, in the order given (see :meth:`alance.LanceDataset.take_rows`)."""
         return _loop.run(self._async.take_rows(row_ids, columns))
 
+    #: pylance's spelling (``ds._take_rows(row_ids)``), kept for code written against it.
+    _take_rows = take_rows
+
     def changes(self, begin_version: int, end_version: int | None = None,
                 **kwargs: Any) -> ChangeFeed:
         """Blocking :meth:`alance.LanceDataset.changes`: iterate it, or ``.to_table()``."""
@@ -268,6 +272,17 @@ class LanceDataset:
 
     # -- version management (compaction, cleanup, restore, tags) -----------------------------
     @property
+    def stats(self) -> LanceStats:
+        """Blocking twin of :attr:`alance.LanceDataset.stats`."""
+        return LanceStats(self._async.stats)
+
+    @property
+    def optimize(self) -> DatasetOptimizer:
+        """pylance's ``ds.optimize`` namespace (``compact_files`` moves this object to the
+        compacted version)."""
+        return DatasetOptimizer(self)
+
+    @property
     def tags(self) -> Tags:
         """Blocking twin of :attr:`alance.LanceDataset.tags`."""
         return Tags(self._async.tags)
@@ -290,6 +305,32 @@ class LanceDataset:
     # -- end of version management -----------------------------------------------------------
 
 
+class LanceStats:
+    """Blocking twin of :class:`alance.dataset.stats.LanceStats`."""
+
+    def __init__(self, stats: _stats.LanceStats) -> None:
+        self._async = stats
+
+    def dataset_stats(self, max_rows_per_group: int = 1024) -> _stats.DatasetStats:
+        """Deleted rows, fragments, and fragments smaller than one row group."""
+        return _loop.run(self._async.dataset_stats(max_rows_per_group))
+
+    def data_stats(self) -> _stats.DataStatistics:
+        """Bytes on disk of every field."""
+        return _loop.run(self._async.data_stats())
+
+
+class DatasetOptimizer:
+    """Blocking twin of :class:`alance.dataset.stats.DatasetOptimizer`."""
+
+    def __init__(self, dataset: LanceDataset) -> None:
+        self._dataset = dataset
+
+    def compact_files(self, **options: Any) -> CompactionResult:
+        """:meth:`LanceDataset.compact_files` (moves the dataset to the compacted version)."""
+        return self._dataset.compact_files(**options)
+
+
 class Tags:
     """Blocking twin of :class:`alance.dataset.tags.Tags`."""
 
@@ -300,7 +341,7 @@ class Tags:
         """Every tag by name."""
         return _loop.run(self._async.list())
 
-    def list_ordered(self, order: str = "desc") -> builtins.list[Tag]:
+    def list_ordered(self, order: str | None = "desc") -> builtins.list[tuple[str, Tag]]:
         """Tags sorted by version."""
         return _loop.run(self._async.list_ordered(order))
 

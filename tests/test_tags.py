@@ -70,7 +70,8 @@ async def test_pylance_tags_read_updated_and_deleted_by_alance(local_uri: str) -
     await ds.tags.delete("mid")
     assert set(lance.dataset(local_uri).tags.list()) == {"old"}
     ordered = await ds.tags.list_ordered("asc")
-    assert [t.name for t in ordered] == ["old"]
+    assert [name for name, _ in ordered] == ["old"]
+    assert ordered[0][1]["version"] == 3 and dict(ordered[0][1])["manifest_size"] > 0
 
 
 async def test_tag_errors(uri: str) -> None:

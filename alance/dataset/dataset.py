@@ -31,6 +31,7 @@ from alance.dataset.restore import restore_version
 from alance.dataset.row_ids import take_rows_by_id, uses_stable_row_ids
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
+from alance.dataset.stats import DatasetOptimizer, LanceStats
 from alance.dataset.tags import Tags, resolve_version
 from alance.dataset.take import read_positions, take_rows
 from alance.dataset.take_batch import TakeBatcher
@@ -322,6 +323,17 @@ class LanceDataset:
 
 
     # -- version management (compaction, cleanup, restore, tags) -----------------------------
+    @property
+    def stats(self) -> LanceStats:
+        """Statistics of this version (pylance's ``ds.stats``: ``await
+        ds.stats.dataset_stats()``, ``await ds.stats.data_stats()``)."""
+        return LanceStats(self._ctx)
+
+    @property
+    def optimize(self) -> DatasetOptimizer:
+        """pylance's ``ds.optimize`` namespace (``await ds.optimize.compact_files(...)``)."""
+        return DatasetOptimizer(self)
+
     @property
     def tags(self) -> Tags:
         """The dataset's tags: ``await ds.tags.create("v1", 1)``, ``list``, ``delete``..."""

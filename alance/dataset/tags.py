@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import re
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,13 @@ TAGS_DIR = "_refs/tags"
 TAG_SUFFIX = ".json"
 
 
-@dataclass(frozen=True)
-class Tag:
-    """One tag: the version it names and what Lance records about it."""
+@dataclass(frozen=True, eq=False)
+class Tag(Mapping[str, Any]):
+    """One tag: the version it names and what Lance records about it.
+
+    Also a read-only mapping with the keys of pylance's tag dicts (``tag["version"]``,
+    ``dict(tag)``), so code written for pylance's ``tags.list()`` works unchanged.
+    """
 
     name: str
     version: int
@@ -55,6 +60,21 @@ class Tag:
         return {"branch": self.branch, "version": self.version, "created_at": self.created_at,
                 "updated_at": self.updated_at, "manifest_size": self.manifest_size,
                 "metadata": dict(self.metadata)}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TAG_KEYS)
+
+    def __len__(self) -> int:
+        return len(_TAG_KEYS)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.version, self.manifest_size))
+
+
+_TAG_KEYS = ("branch", "version", "created_at", "updated_at", "manifest_size", "metadata")
 
 
 def check_tag_name(name: str) -> None:
@@ -166,14 +186,17 @@ class Tags:
         found = await asyncio.gather(*(self._read(n) for n in sorted(names)))
         return {tag.name: tag for tag in found if tag is not None}
 
-    async def list_ordered(self, order: str = "desc") -> builtins.list[Tag]:
-        """Tags sorted by version (``"desc"``: newest first, or ``"asc"``), then by name."""
+    async def list_ordered(self, order: str | None = "desc",
+                           ) -> builtins.list[tuple[str, Tag]]:
+        """``(name, tag)`` pairs sorted by version (``"desc"``, the default: newest first,
+        or ``"asc"``), then by name, as pylance returns them."""
+        order = order or "desc"
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', not {order!r}")
         tags = list((await self.list()).values())
         tags.sort(key=lambda t: t.name)
         tags.sort(key=lambda t: t.version, reverse=order == "desc")
-        return tags
+        return [(t.name, t) for t in tags]
 
     async def _read(self, name: str) -> Tag | None:
         try:
