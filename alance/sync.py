@@ -86,6 +86,14 @@ class Scanner:
         """What the scan reads and what page statistics let it skip."""
         return self._async.explain()
 
+    def explain_plan(self, verbose: bool = False) -> str:
+        """The scan's plan as text (see :meth:`alance.Scanner.explain_plan`)."""
+        return self._async.explain_plan(verbose)
+
+    def analyze_plan(self) -> str:
+        """Run the scan and describe what it read (see :meth:`alance.Scanner.analyze_plan`)."""
+        return _loop.run(self._async.analyze_plan())
+
     def count_rows(self) -> int:
         """Number of result rows."""
         return _loop.run(self._async.count_rows())

@@ -41,6 +41,8 @@ class ScanStats:
     """What a scan read and what page statistics let it skip (updated while it runs)."""
 
     fragments: int = 0
+    #: Rows read from data files (deleted rows excluded), before any filter.
+    rows_scanned: int = 0
     rows_total: int = 0
     rows_skipped: int = 0
     pages_skipped: int = 0

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pyarrow import acero
 
 from alance._proto import table_pb2
+from alance.dataset import plan_text
 from alance.dataset.data_file import chunk_rows_for
 from alance.dataset.pruning import ScanStats, make_pruner
 from alance.dataset.read import FragmentReader, ReadContext, live_rows
@@ -274,6 +275,7 @@ class Scanner:
             keep = ~np.isin(rows, deleted.astype(np.uint64), assume_unique=True)
             offsets = rows[keep]
         live = num_rows if isinstance(offsets, _Chunk) else len(offsets)
+        self.stats.rows_scanned += live
         if self.filter is None:
             batch = await chunk.read(self.read_fields)
             if keep is not None:
@@ -447,6 +449,15 @@ class Scanner:
         if self._pruner is None:
             return head + "pruning: none (no statistics apply)"
         return head + self.stats.describe()
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """The scan's plan as text, shaped like pylance's (see
+        :mod:`alance.dataset.plan_text`)."""
+        return plan_text.explain_plan(self, verbose)
+
+    async def analyze_plan(self) -> str:
+        """Run the scan and describe what it read (rows, bytes, ranges, requests)."""
+        return await plan_text.analyze_plan(self)
 
     async def count_rows(self) -> int:
         """Number of result rows; without a filter this reads no data."""

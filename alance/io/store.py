@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
+import contextvars
 import datetime as dt
 import itertools
 import posixpath
 import random
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -48,6 +50,39 @@ DEFAULT_COALESCE_BYTES = 64 * 1024
 #: disks read them one after another, so batching only saves per-call overhead; cloud stores
 #: use 1 so that every HTTP request holds its own slot of the bound.
 DEFAULT_RANGES_PER_REQUEST = 64
+
+
+@dataclass
+class IoCounter:
+    """Reads made while a :func:`counting_io` block is active (in its task and the tasks
+    it starts): backend calls, ranges and bytes."""
+
+    requests: int = 0
+    iops: int = 0
+    bytes_read: int = 0
+
+
+_IO_COUNTER: contextvars.ContextVar[IoCounter | None] = contextvars.ContextVar(
+    "alance_io_counter", default=None)
+
+
+@contextlib.contextmanager
+def counting_io() -> Iterator[IoCounter]:
+    """Count the reads made inside the block (for ``analyze_plan`` and benchmarks)."""
+    counter = IoCounter()
+    token = _IO_COUNTER.set(counter)
+    try:
+        yield counter
+    finally:
+        _IO_COUNTER.reset(token)
+
+
+def _count(requests: int, iops: int, nbytes: int) -> None:
+    counter = _IO_COUNTER.get()
+    if counter is not None:
+        counter.requests += requests
+        counter.iops += iops
+        counter.bytes_read += nbytes
 
 
 @dataclass(frozen=True)
@@ -175,7 +210,9 @@ class DatasetStore:
     async def get(self, path: str) -> bytes:
         """The whole object."""
         key = self._key(path)
-        return await self._retrying(lambda b: b.get(key))
+        data = await self._retrying(lambda b: b.get(key))
+        _count(1, 1, len(data))
+        return data
 
     async def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object."""
@@ -197,6 +234,7 @@ class DatasetStore:
 
         step = self.ranges_per_request
         batches = [pieces[i:i + step] for i in range(0, len(pieces), step)]
+        _count(len(batches), len(pieces), sum(e - s for s, e in pieces))
 
         async def fetch(batch: list[tuple[int, int]]) -> list[Buffer]:
             return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0)))
