@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from alance import _loop
 from alance._proto import table_pb2
+from alance.commit.lock import LockCommitHandler
 from alance.commit.registry import HandlerSpec
 from alance.dataset import blobs as _blobs
 from alance.dataset import dataset as _async
@@ -38,6 +39,7 @@ from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertB
 from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.dataset.tags import Tag
 from alance.dataset.tags import Tags as _AsyncTags
+from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.schema import LanceSchema
 
 T = TypeVar("T")
@@ -448,15 +450,54 @@ class MergeInsertBuilder:
 
 def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
-                 commit_handler: HandlerSpec = None) -> LanceDataset:
+                 commit_handler: HandlerSpec = None,
+                 asof: dt.datetime | str | None = None) -> LanceDataset:
     """Blocking :func:`alance.open_dataset`."""
     return LanceDataset(_loop.run(_async.open_dataset(
-        uri, version, storage_options=storage_options, commit_handler=commit_handler)))
+        uri, version, storage_options=storage_options, commit_handler=commit_handler,
+        asof=asof)))
+
+
+#: ``lance.dataset`` arguments that tune pylance's caches and IO block size; alance sizes its
+#: own (see the README), so these are accepted and have no effect.
+_TUNING_ONLY = ("block_size", "index_cache_size", "metadata_cache_size_bytes", "session")
+
+
+def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
+            asof: dt.datetime | str | None = None, *,
+            commit_lock: Any = None, storage_options: Mapping[str, Any] | None = None,
+            commit_handler: HandlerSpec = None,
+            default_scan_options: Mapping[str, Any] | None = None,
+            **kwargs: Any) -> LanceDataset:
+    """pylance's ``lance.dataset``: :func:`open_dataset` with pylance's arguments.
+
+    ``commit_lock(version)``: a context manager held around each commit (as pylance's);
+    ``asof``: the newest version committed at or before that time. Cache-tuning arguments
+    (``block_size``, ``index_cache_size``, ...) are accepted and have no effect.
+    """
+    unknown = sorted(k for k, v in kwargs.items() if k not in _TUNING_ONLY and v is not None)
+    if unknown:
+        raise InvalidInputError(f"unknown arguments to dataset(): {unknown}")
+    if default_scan_options:
+        raise UnsupportedFeatureError("default_scan_options is not supported yet; pass the "
+                                      "options to each scan")
+    if commit_lock is not None:
+        if commit_handler is not None:
+            raise InvalidInputError("pass commit_lock or commit_handler, not both")
+        commit_handler = LockCommitHandler(commit_lock)
+    return open_dataset(uri, version, storage_options=storage_options,
+                        commit_handler=commit_handler, asof=asof)
 
 
 def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | None = None,
-                  mode: _async.WriteMode = "create", **kwargs: Any) -> LanceDataset:
-    """Blocking :func:`alance.write_dataset` (same keyword arguments)."""
+                  mode: _async.WriteMode = "create", *, commit_lock: Any = None,
+                  **kwargs: Any) -> LanceDataset:
+    """Blocking :func:`alance.write_dataset` (same keyword arguments, and pylance's
+    ``commit_lock``: a context manager factory held around the commit)."""
+    if commit_lock is not None:
+        if kwargs.get("commit_handler") is not None:
+            raise InvalidInputError("pass commit_lock or commit_handler, not both")
+        kwargs["commit_handler"] = LockCommitHandler(commit_lock)
     return LanceDataset(_loop.run(_async.write_dataset(data, uri, schema, mode, **kwargs)))
 
 

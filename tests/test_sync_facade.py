@@ -15,6 +15,7 @@ import warnings
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -352,3 +353,43 @@ def test_committing_calls_move_the_object_as_in_pylance(tmp_path: Path) -> None:
         assert ds.version == before and result.dataset.version == before + 1
 
     asyncio.run(immutable())
+
+
+def test_pylance_dataset_arguments(tmp_path: Path) -> None:
+    """``alance.sync.dataset`` takes pylance's arguments: asof, commit_lock, cache hints."""
+    import contextlib
+    import time
+    from datetime import datetime
+
+    uri = str(tmp_path / "ds")
+    held: list[int] = []
+
+    @contextlib.contextmanager
+    def lock(version: int) -> Any:
+        held.append(version)
+        yield
+
+    al.write_dataset(make_table(10), uri, commit_lock=lock)
+    assert held == [1]
+    time.sleep(0.05)
+    between = datetime.now()
+    time.sleep(0.05)
+    ds = al.dataset(uri, commit_lock=lock, block_size=4096, index_cache_size=10)
+    ds.delete("id < 3")
+    assert held == [1, 2] and ds.version == 2
+    assert al.dataset(uri, asof=between).version == 1
+    assert al.dataset(uri, asof=between.isoformat()).version == 1
+    assert al.dataset(uri, asof=datetime.now()).version == 2
+    with pytest.raises(alance.NotFoundError):
+        al.dataset(uri, asof=datetime(2000, 1, 1))
+
+    @contextlib.contextmanager
+    def refuse(version: int) -> Any:
+        raise alance.CommitConflictError("held elsewhere")
+        yield
+
+    with pytest.raises(alance.CommitConflictError):
+        al.dataset(uri, commit_lock=refuse).delete("id < 5")
+    assert al.dataset(uri).version == 2  # nothing committed
+    with pytest.raises(alance.InvalidInputError):
+        al.dataset(uri, no_such_option=1)

@@ -51,6 +51,7 @@ from alance.errors import (
     AlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    NotFoundError,
     UnrepresentableValueError,
 )
 from alance.format.feature_flags import check_writer_flags
@@ -385,9 +386,11 @@ class LanceDataset:
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                        storage_options: Mapping[str, Any] | None = None,
-                       commit_handler: HandlerSpec = None) -> LanceDataset:
+                       commit_handler: HandlerSpec = None,
+                       asof: dt.datetime | str | None = None) -> LanceDataset:
     """Open a dataset at its latest version, or at ``version`` (time travel: a number or a
-    tag name).
+    tag name), or at the newest version committed at or before ``asof`` (a datetime or an
+    ISO 8601 string; naive times are local, as pylance takes them).
 
     ``commit_handler``: how versions are resolved and committed; by default chosen by the URI
     scheme (``s3+ddb://`` commits through DynamoDB), else a handler object or the dotted name
@@ -397,7 +400,27 @@ async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = 
     store = open_store(uri, storage_options)
     handler = _handler_for(uri, storage_options, commit_handler)
     snap = await load_snapshot(store, handler, await resolve_version(store, handler, version))
-    return LanceDataset(store, handler, snap)
+    opened = LanceDataset(store, handler, snap)
+    if asof is None or version is not None:
+        return opened
+    return await opened.checkout_version(await _version_asof(opened, asof))
+
+
+async def _version_asof(dataset: LanceDataset, asof: dt.datetime | str) -> int:
+    """The newest version committed at or before ``asof``."""
+    if isinstance(asof, str):
+        try:
+            asof = dt.datetime.fromisoformat(asof)
+        except ValueError as exc:
+            raise InvalidInputError(f"asof is not an ISO 8601 time: {asof!r}") from exc
+    if not isinstance(asof, dt.datetime):
+        raise InvalidInputError(f"asof must be a datetime or an ISO 8601 string, not {asof!r}")
+    limit = asof.astimezone()  # naive: local time; aware: converted
+    found = [v["version"] for v in await dataset.versions()
+             if v["timestamp"].astimezone() <= limit]
+    if not found:
+        raise NotFoundError(f"{dataset.uri}: no version was committed at or before {asof}")
+    return int(max(found))
 
 
 async def write_dataset(
