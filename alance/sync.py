@@ -36,6 +36,7 @@ from alance.dataset.cleanup import CleanupStats
 from alance.dataset.compaction import CompactionResult
 from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
 from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
+from alance.dataset.read import live_rows
 from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.dataset.tags import Tag
 from alance.dataset.tags import Tags as _AsyncTags
@@ -213,6 +214,10 @@ class LanceDataset:
     def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Number of rows (matching ``filter`` if given)."""
         return _loop.run(self._async.count_rows(filter))
+
+    def __len__(self) -> int:
+        """Rows in this version (``len(ds)``, as in pylance; from the manifest, no IO)."""
+        return sum(live_rows(f) for f in self._async.manifest.fragments)
 
     def take(self, indices: Sequence[int] | Any, columns: Sequence[str] | None = None,
              ) -> pa.Table:

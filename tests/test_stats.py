@@ -80,3 +80,10 @@ def test_take_rows_has_pylance_spelling(tmp_path: Path) -> None:
     ids = lance.dataset(uri).to_table(with_row_id=True)["_rowid"].to_pylist()[::7]
     theirs = lance.dataset(uri)._take_rows(ids, columns=["x", "y"])
     assert al.open_dataset(uri)._take_rows(ids, columns=["x", "y"]).equals(theirs)
+
+
+def test_len_is_the_row_count(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(_table(100), uri, max_rows_per_file=30)
+    lance.dataset(uri).delete("x < 7")
+    assert len(al.open_dataset(uri)) == len(lance.dataset(uri)) == 93
