@@ -238,6 +238,10 @@ class ObstoreBackend:
         self._pread = isinstance(store, LocalStore) and getattr(store, "prefix", None) is None
 
     async def get(self, key: str) -> bytes:
+        if self._pread:
+            cached = _read_cached_object("/" + key)
+            if cached is not None:  # small and in the page cache (a manifest, a hint)
+                return cached
         _mark_obstore_used()
         try:
             result = await obstore.get_async(self.store, key)
@@ -413,6 +417,30 @@ def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
                 return None  # short (past the end, or partly cached): the thread path decides
             parts.append(buf)
         return parts
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_cached_object(path: str) -> bytes | None:
+    """A whole local file of at most :data:`INLINE_READ_BYTES` if the page cache holds all of
+    it (never waits for the disk), else ``None`` (then the usual path reads it and reports
+    errors, a missing file included)."""
+    if not _NOWAIT:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > INLINE_READ_BYTES:
+            return None
+        buf = bytearray(size)
+        if size and os.preadv(fd, [buf], 0, _NOWAIT) != size:
+            return None
+        return bytes(buf)
     except OSError:
         return None
     finally:
