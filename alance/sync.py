@@ -34,6 +34,7 @@ from alance.dataset import stats as _stats
 from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
 from alance.dataset.cleanup import CleanupStats
 from alance.dataset.compaction import CompactionResult
+from alance.dataset.config import MetadataUpdate, warn_deprecated
 from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
 from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
 from alance.dataset.read import live_rows
@@ -105,8 +106,9 @@ class Scanner:
 class LanceDataset:
     """Blocking twin of :class:`alance.LanceDataset`, with pylance's object semantics.
 
-    As in pylance, calls that commit a new version (``delete``, ``update``, ``merge_insert``
-    ``execute``, ``add_columns``, ``merge``, ``drop_columns``, ``alter_columns``, ``restore``,
+    As in pylance, calls that commit a new version (``insert``, ``delete``, ``update``,
+    ``merge_insert`` ``execute``, ``add_columns``, ``merge``, ``drop_columns``,
+    ``alter_columns``, ``restore``,
     ``compact_files``) move this object to that version; ``checkout_version`` returns another
     object. (The async :class:`alance.LanceDataset` is an immutable view of one version:
     its calls return the new version instead.)
@@ -179,7 +181,7 @@ class LanceDataset:
         """This dataset at another version (a number or a tag name)."""
         return LanceDataset(_loop.run(self._async.checkout_version(version)))
 
-    def scanner(self, columns: Sequence[str] | None = None,
+    def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                 filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, batch_size: int | None = None,
                 with_row_id: bool = False, with_row_address: bool = False,
@@ -188,7 +190,7 @@ class LanceDataset:
         return Scanner(self._async.scanner(columns, filter, limit, offset, batch_size,
                                            with_row_id, with_row_address, fragments))
 
-    def scan(self, columns: Sequence[str] | None = None,
+    def scan(self, columns: Sequence[str] | Mapping[str, str] | None = None,
              filter: str | pc.Expression | None = None, limit: int | None = None,
              offset: int | None = None, batch_size: int | None = None,
              with_row_id: bool = False, with_row_address: bool = False,
@@ -199,7 +201,7 @@ class LanceDataset:
 
     to_batches = scan
 
-    def to_table(self, columns: Sequence[str] | None = None,
+    def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, batch_size: int | None = None,
                  with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
@@ -207,7 +209,8 @@ class LanceDataset:
         return _loop.run(self._async.to_table(columns, filter, limit, offset, batch_size,
                                               with_row_id, with_row_address))
 
-    def head(self, num_rows: int, columns: Sequence[str] | None = None) -> pa.Table:
+    def head(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
+             ) -> pa.Table:
         """The first ``num_rows`` rows."""
         return _loop.run(self._async.head(num_rows, columns))
 
@@ -219,8 +222,8 @@ class LanceDataset:
         """Rows in this version (``len(ds)``, as in pylance; from the manifest, no IO)."""
         return sum(live_rows(f) for f in self._async.manifest.fragments)
 
-    def take(self, indices: Sequence[int] | Any, columns: Sequence[str] | None = None,
-             ) -> pa.Table:
+    def take(self, indices: Sequence[int] | Any,
+             columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
 
@@ -231,7 +234,7 @@ class LanceDataset:
         return self._async.has_stable_row_ids
 
     def take_rows(self, row_ids: Sequence[int] | Any,
-                  columns: Sequence[str] | None = None) -> pa.Table:
+                  columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
         """Rows by ``_rowid``, in the order given (see :meth:`alance.LanceDataset.take_rows`)."""
         return _loop.run(self._async.take_rows(row_ids, columns))
 
@@ -269,9 +272,10 @@ class LanceDataset:
                                                                 batch_size, **kwargs)))
 
     def merge(self, data: Any, left_on: str, right_on: str | None = None,
-              **kwargs: Any) -> LanceDataset:
+              schema: pa.Schema | None = None, **kwargs: Any) -> LanceDataset:
         """Blocking :meth:`alance.LanceDataset.merge` (moves to the new version)."""
-        return self._moved_to(_loop.run(self._async.merge(data, left_on, right_on, **kwargs)))
+        return self._moved_to(_loop.run(self._async.merge(data, left_on, right_on, schema,
+                                                          **kwargs)))
 
     def drop_columns(self, columns: Sequence[str]) -> LanceDataset:
         """Blocking :meth:`alance.LanceDataset.drop_columns` (moves to the new version)."""
@@ -284,6 +288,74 @@ class LanceDataset:
     def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
         """Blocking :meth:`alance.LanceDataset.merge_insert`."""
         return MergeInsertBuilder(self._async.merge_insert(on), self)
+
+    def insert(self, data: Any, *, mode: _async.WriteMode = "append",
+               **kwargs: Any) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.insert` (moves to the new version, as
+        pylance's ``insert``)."""
+        return self._moved_to(_loop.run(self._async.insert(data, mode=mode, **kwargs)))
+
+    # -- config and metadata ---------------------------------------------------------------
+    def config(self) -> dict[str, str]:
+        """The dataset config (the manifest's ``config`` map)."""
+        return self._async.config()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The table metadata of this version."""
+        return self._async.metadata
+
+    @property
+    def schema_metadata(self) -> dict[str, str]:
+        """The schema metadata of this version."""
+        return self._async.schema_metadata
+
+    def _metadata_moved(self, result: MetadataUpdate) -> dict[str, str]:
+        self._moved_to(result.dataset)
+        return result.values
+
+    def update_config(self, values: Mapping[str, str | None], *,
+                      replace: bool = False) -> dict[str, str]:
+        """Blocking :meth:`alance.LanceDataset.update_config` (moves to the new version);
+        returns the new config."""
+        return self._metadata_moved(_loop.run(self._async.update_config(values,
+                                                                        replace=replace)))
+
+    def delete_config_keys(self, keys: Sequence[str]) -> None:
+        """Blocking :meth:`alance.LanceDataset.delete_config_keys` (moves to the new version)."""
+        self._moved_to(_loop.run(self._async.delete_config_keys(keys)))
+
+    def update_metadata(self, values: Mapping[str, str | None], *,
+                        replace: bool = False) -> dict[str, str]:
+        """Blocking :meth:`alance.LanceDataset.update_metadata`; returns the table metadata."""
+        return self._metadata_moved(_loop.run(self._async.update_metadata(values,
+                                                                          replace=replace)))
+
+    def update_schema_metadata(self, values: Mapping[str, str | None], *,
+                               replace: bool = False) -> dict[str, str]:
+        """Blocking :meth:`alance.LanceDataset.update_schema_metadata`; returns the schema
+        metadata."""
+        return self._metadata_moved(_loop.run(self._async.update_schema_metadata(
+            values, replace=replace)))
+
+    def update_field_metadata(self, field_updates: Mapping[Any, Mapping[str, str | None]], *,
+                              replace: bool = False) -> None:
+        """Blocking :meth:`alance.LanceDataset.update_field_metadata` (moves to the new
+        version)."""
+        self._moved_to(_loop.run(self._async.update_field_metadata(field_updates,
+                                                                   replace=replace)))
+
+    def replace_schema_metadata(self, new_metadata: Mapping[str, str]) -> None:
+        """Deprecated (as in pylance): ``update_schema_metadata(new_metadata, replace=True)``."""
+        warn_deprecated("replace_schema_metadata", "update_schema_metadata(..., replace=True)")
+        self.update_schema_metadata(new_metadata, replace=True)
+
+    def replace_field_metadata(self, field_name: str | int,
+                               new_metadata: Mapping[str, str]) -> None:
+        """Deprecated (as in pylance): ``update_field_metadata({field: ...}, replace=True)``."""
+        warn_deprecated("replace_field_metadata", "update_field_metadata(..., replace=True)")
+        self.update_field_metadata({field_name: new_metadata}, replace=True)
+    # -- end of config and metadata ----------------------------------------------------------
 
     # -- version management (compaction, cleanup, restore, tags) -----------------------------
     @property
@@ -494,7 +566,8 @@ def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
                         commit_handler=commit_handler, asof=asof)
 
 
-def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | None = None,
+def write_dataset(data: Any, uri: str | os.PathLike[str] | LanceDataset,
+                  schema: pa.Schema | None = None,
                   mode: _async.WriteMode = "create", *, commit_lock: Any = None,
                   **kwargs: Any) -> LanceDataset:
     """Blocking :func:`alance.write_dataset` (same keyword arguments, and pylance's
@@ -503,7 +576,8 @@ def write_dataset(data: Any, uri: str | os.PathLike[str], schema: pa.Schema | No
         if kwargs.get("commit_handler") is not None:
             raise InvalidInputError("pass commit_lock or commit_handler, not both")
         kwargs["commit_handler"] = LockCommitHandler(commit_lock)
-    return LanceDataset(_loop.run(_async.write_dataset(data, uri, schema, mode, **kwargs)))
+    target = uri._async if isinstance(uri, LanceDataset) else uri  # pylance takes a dataset
+    return LanceDataset(_loop.run(_async.write_dataset(data, target, schema, mode, **kwargs)))
 
 
 # -- distributed writes and deletes (alance.dataset.distributed*) ------------------------------

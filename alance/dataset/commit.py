@@ -10,7 +10,8 @@ be rebased raises :class:`~alance.errors.RetryableCommitConflictError` or
 :class:`~alance.errors.CommitConflictError`.
 
 Whatever the commit wrote and no manifest references (transaction files of failed attempts,
-merged deletion files) is deleted again.
+merged deletion files) is deleted again. When the committed config asks for it
+(``lance.auto_cleanup.*``), old versions are then cleaned up, as Lance does after a commit.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from alance.transaction.operations import operation_name
 
 log = logging.getLogger(__name__)
 
+#: The config key that turns on automatic cleanup after commits (see alance.dataset.config).
+AUTO_CLEANUP_INTERVAL = "lance.auto_cleanup.interval"
 #: How many times a commit that lost a race is rebased and retried before giving up.
 DEFAULT_MAX_RETRIES = 20
 #: First backoff pause (seconds) and the cap of the growing pause.
@@ -155,6 +158,10 @@ async def commit_transaction(
         await loop.cleanup(None)
         raise
     await loop.cleanup(snap)
+    if AUTO_CLEANUP_INTERVAL in snap.manifest.config:
+        # Lance's automatic cleanup (alance.dataset.config imports this module: import late)
+        from alance.dataset.config import auto_cleanup_hook
+        await auto_cleanup_hook(store, handler, snap)
     return snap
 
 

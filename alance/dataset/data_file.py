@@ -121,6 +121,10 @@ async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store
                 return value  # type: ignore[no-any-return]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    except CorruptFileError as exc:
+        if path in str(exc):
+            raise
+        raise CorruptFileError(f"{path}: {exc}") from exc  # name the file that is damaged
     finally:
         plan.close()
 

@@ -21,9 +21,20 @@ from alance.dataset.changes import ChangeFeed
 from alance.dataset.cleanup import CleanupStats, cleanup_old_versions
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.compaction import CompactionOptions, CompactionResult, compact_files
+from alance.dataset.config import (
+    MetadataUpdate,
+    check_changes,
+    check_keys,
+    commit_metadata_update,
+    config_of,
+    field_changes,
+    schema_metadata_of,
+    table_metadata_of,
+    warn_deprecated,
+)
 from alance.dataset.delete import delete_rows
 from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
-from alance.dataset.inputs import record_batch_stream, regroup
+from alance.dataset.inputs import appended_layout, record_batch_stream, regroup
 from alance.dataset.json_columns import as_jsonb
 from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
@@ -68,6 +79,19 @@ def _handler_for(uri: str | os.PathLike[str], storage_options: Mapping[str, Any]
                  handler: HandlerSpec) -> CommitHandler:
     """The commit handler: ``handler`` if given (object or dotted name), else by URI scheme."""
     return commit_handler_for(uri, storage_options, handler)
+
+
+def _destination(uri: Any, storage_options: Mapping[str, Any] | None,
+                 handler: HandlerSpec) -> tuple[DatasetStore, CommitHandler]:
+    """Store and commit handler to write to: a URI's, or (as pylance's ``write_dataset``
+    takes a dataset as its ``uri``) an alance dataset's own unless others are given."""
+    target = getattr(uri, "_async", uri)  # an alance.sync.LanceDataset wraps the async one
+    if isinstance(target, LanceDataset):
+        store = (target._store if storage_options is None
+                 else open_store(target.uri, storage_options))
+        return store, (target._handler if handler is None
+                       else _handler_for(target.uri, storage_options, handler))
+    return open_store(uri, storage_options), _handler_for(uri, storage_options, handler)
 
 
 class LanceDataset:
@@ -160,7 +184,7 @@ class LanceDataset:
         return LanceDataset(self._store, self._handler, snap)
 
     # -- reading -----------------------------------------------------------------------------
-    def scanner(self, columns: Sequence[str] | None = None,
+    def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                 filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None,
                 batch_size: int | None = None, with_row_id: bool = False,
@@ -171,7 +195,8 @@ class LanceDataset:
                        batch_size=batch_size, with_row_id=with_row_id,
                        with_row_address=with_row_address, fragments=fragments)
 
-    def scan(self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None,
+    def scan(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+             filter: str | pc.Expression | None = None,
              limit: int | None = None, offset: int | None = None, batch_size: int | None = None,
              with_row_id: bool = False, with_row_address: bool = False,
              ) -> AsyncIterator[pa.RecordBatch]:
@@ -181,7 +206,7 @@ class LanceDataset:
 
     to_batches = scan
 
-    async def to_table(self, columns: Sequence[str] | None = None,
+    async def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                        filter: str | pc.Expression | None = None, limit: int | None = None,
                        offset: int | None = None, batch_size: int | None = None,
                        with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
@@ -189,7 +214,8 @@ class LanceDataset:
         return await self.scanner(columns, filter, limit, offset, batch_size, with_row_id,
                                   with_row_address).to_table()
 
-    async def head(self, num_rows: int, columns: Sequence[str] | None = None) -> pa.Table:
+    async def head(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
+                   ) -> pa.Table:
         """The first ``num_rows`` rows."""
         return await self.to_table(columns=columns, limit=num_rows)
 
@@ -197,8 +223,8 @@ class LanceDataset:
         """Number of rows (matching ``filter`` if given), without reading data when possible."""
         return await self.scanner(filter=filter).count_rows()
 
-    async def take(self, indices: Sequence[int] | Any, columns: Sequence[str] | None = None,
-                   ) -> pa.Table:
+    async def take(self, indices: Sequence[int] | Any,
+                   columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
         """Rows by position in the dataset (0 .. count_rows-1), in the order given.
 
         Takes issued concurrently on this dataset object share reads (see
@@ -212,7 +238,7 @@ class LanceDataset:
         return uses_stable_row_ids(self.manifest)
 
     async def take_rows(self, row_ids: Sequence[int] | Any,
-                        columns: Sequence[str] | None = None) -> pa.Table:
+                        columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
         """Rows by ``_rowid`` (stable ids; row addresses without them), in the order given.
 
         ``columns`` may include system columns (``_rowid``, ``_rowaddr``,
@@ -294,11 +320,13 @@ class LanceDataset:
                                            concurrency=concurrency, progress=progress)
         return LanceDataset(self._store, self._handler, snap)
 
-    async def merge(self, data: Any, left_on: str, right_on: str | None = None, *,
-                    concurrency: int = 4) -> LanceDataset:
-        """Add the columns of ``data`` joined on ``left_on`` = ``right_on`` (left join)."""
+    async def merge(self, data: Any, left_on: str, right_on: str | None = None,
+                    schema: pa.Schema | None = None, *, concurrency: int = 4) -> LanceDataset:
+        """Add the columns of ``data`` joined on ``left_on`` = ``right_on`` (left join);
+        ``data`` as :func:`write_dataset` takes it (``schema``: cast it to that schema)."""
         snap = await evolution.merge_columns(self._store, self._handler, self._snapshot, data,
-                                             left_on, right_on, concurrency=concurrency)
+                                             left_on, right_on, concurrency=concurrency,
+                                             schema=schema)
         return LanceDataset(self._store, self._handler, snap)
 
     async def drop_columns(self, columns: Sequence[str]) -> LanceDataset:
@@ -322,6 +350,76 @@ class LanceDataset:
         return MergeInsertBuilder(self._store, self._handler, self._snapshot, on,
                                   lambda snap: LanceDataset(self._store, self._handler, snap))
 
+    async def insert(self, data: Any, *, mode: WriteMode = "append",
+                     **kwargs: Any) -> LanceDataset:
+        """Write ``data`` to this dataset (pylance's ``insert``): ``mode="append"`` (the
+        default) or ``"overwrite"``; ``kwargs`` as for :func:`write_dataset` (``schema=``...).
+        Uses this dataset's store and commit handler; returns the new version."""
+        return await write_dataset(data, self, mode=mode, **kwargs)
+
+
+    # -- config and metadata (alance.dataset.config) -----------------------------------------
+    def config(self) -> dict[str, str]:
+        """The dataset config: the manifest's ``config`` map (e.g. ``lance.auto_cleanup.*``)."""
+        return config_of(self._snapshot)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The table metadata of this version."""
+        return table_metadata_of(self._snapshot)
+
+    @property
+    def schema_metadata(self) -> dict[str, str]:
+        """The schema metadata of this version (values as text)."""
+        return schema_metadata_of(self._snapshot)
+
+    async def _commit_maps(self, **changes: Any) -> LanceDataset:
+        snap = await commit_metadata_update(self._store, self._handler, self._snapshot,
+                                            **changes)
+        return LanceDataset(self._store, self._handler, snap)
+
+    async def update_config(self, values: Mapping[str, str | None], *,
+                            replace: bool = False) -> MetadataUpdate:
+        """Set (a str) or remove (``None``) config keys; with ``replace`` the values become the
+        whole config. Commits an UpdateConfig; returns the new version and its config."""
+        new = await self._commit_maps(config=check_changes(values), replace=replace)
+        return MetadataUpdate(new, new.config())
+
+    async def delete_config_keys(self, keys: Sequence[str]) -> LanceDataset:
+        """Remove config keys (missing ones are ignored); returns the new version."""
+        return await self._commit_maps(config=dict.fromkeys(check_keys(keys)))
+
+    async def update_metadata(self, values: Mapping[str, str | None], *,
+                              replace: bool = False) -> MetadataUpdate:
+        """As :meth:`update_config`, for the table metadata."""
+        new = await self._commit_maps(table_metadata=check_changes(values), replace=replace)
+        return MetadataUpdate(new, new.metadata)
+
+    async def update_schema_metadata(self, values: Mapping[str, str | None], *,
+                                     replace: bool = False) -> MetadataUpdate:
+        """As :meth:`update_config`, for the schema metadata."""
+        new = await self._commit_maps(schema_metadata=check_changes(values), replace=replace)
+        return MetadataUpdate(new, new.schema_metadata)
+
+    async def update_field_metadata(self, field_updates: Mapping[Any, Mapping[str, str | None]],
+                                    *, replace: bool = False) -> LanceDataset:
+        """Change the metadata of fields named by path (``"a"``, ``"s.x"``; backticks quote a
+        name holding dots) or id: ``{field: {key: str or None}}``, all in one commit; with
+        ``replace`` each field's map is replaced. Returns the new version."""
+        changes = field_changes(self._snapshot.schema, field_updates)
+        return await self._commit_maps(field_metadata=changes, replace=replace)
+
+    async def replace_schema_metadata(self, new_metadata: Mapping[str, str]) -> LanceDataset:
+        """Deprecated (as in pylance): ``update_schema_metadata(new_metadata, replace=True)``."""
+        warn_deprecated("replace_schema_metadata", "update_schema_metadata(..., replace=True)")
+        return (await self.update_schema_metadata(new_metadata, replace=True)).dataset
+
+    async def replace_field_metadata(self, field_name: str | int,
+                                     new_metadata: Mapping[str, str]) -> LanceDataset:
+        """Deprecated (as in pylance): ``update_field_metadata({field: ...}, replace=True)``."""
+        warn_deprecated("replace_field_metadata", "update_field_metadata(..., replace=True)")
+        return await self.update_field_metadata({field_name: new_metadata}, replace=True)
+    # -- end of config and metadata ----------------------------------------------------------
 
     # -- version management (compaction, cleanup, restore, tags) -----------------------------
     @property
@@ -425,7 +523,7 @@ async def _version_asof(dataset: LanceDataset, asof: dt.datetime | str) -> int:
 
 async def write_dataset(
     data: Any,
-    uri: str | os.PathLike[str],
+    uri: str | os.PathLike[str] | LanceDataset,
     schema: pa.Schema | None = None,
     mode: WriteMode = "create",
     *,
@@ -441,24 +539,26 @@ async def write_dataset(
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
 
-    ``data``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pandas DataFrame, or a
-    sync or async iterable of record batches (streamed: memory stays bounded by one file's
-    buffers). ``mode``: ``"create"`` (fails if the dataset exists), ``"append"`` (creates it if
-    missing; the schema must match) or ``"overwrite"``. ``commit_handler``: as for
-    :func:`open_dataset`. ``data_storage_version``: the data file format of a new dataset:
-    ``"2.2"`` (the default, also ``"stable"``), ``"2.1"``, ``"2.0"`` (no maps, no null
-    structs), or ``"legacy"`` / ``"0.1"`` / ``"0.2"`` (v0.2 files, which refuse values they
-    cannot hold, e.g. nulls in fixed-width columns); appends always write the dataset's own
-    version, and overwrites keep it unless one is given. ``enable_stable_row_ids``: give
-    rows ids that survive updates and compaction, and track row versions (only when the
-    dataset is created; asking for them on an existing dataset without them is
-    :class:`~alance.errors.InvalidInputError`).
+    ``data``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pyarrow or Lance
+    dataset, dict of columns, list of rows, pandas or polars DataFrame, or a sync or async
+    iterable of record batches (readers, datasets and iterables are streamed: memory stays
+    bounded by one file's buffers); see :mod:`alance.dataset.inputs`. ``schema``: cast the
+    data to it (without loss). ``uri``: a URI, or a dataset (its store and commit handler).
+    ``mode``: ``"create"`` (fails if the dataset exists), ``"append"`` (creates it if
+    missing; columns are matched by name, nullable ones may be missing) or ``"overwrite"``.
+    ``commit_handler``: as for :func:`open_dataset`. ``data_storage_version``: the data
+    file format of a new dataset: ``"2.2"`` (the default, also ``"stable"``), ``"2.1"``,
+    ``"2.0"`` (no maps, no null structs), or ``"legacy"`` / ``"0.1"`` / ``"0.2"`` (v0.2
+    files, which refuse values they cannot hold, e.g. nulls in fixed-width columns);
+    appends always write the dataset's own version, and overwrites keep it unless one is
+    given. ``enable_stable_row_ids``: give rows ids that survive updates and compaction,
+    and track row versions (only when the dataset is created; asking for them on an
+    existing dataset without them is :class:`~alance.errors.InvalidInputError`).
     """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
     params = WriteParams(max_rows_per_file, max_rows_per_group, max_bytes_per_file)
-    store = open_store(uri, storage_options)
-    handler = _handler_for(uri, storage_options, commit_handler)
+    store, handler = _destination(uri, storage_options, commit_handler)  # uri: or a dataset
     try:
         base: Snapshot | None = await load_snapshot(store, handler)
     except DatasetNotFoundError:
@@ -482,8 +582,10 @@ async def write_dataset(
 
     if base is not None and mode == "append":
         file_version_of(base.data_storage_version)  # refuses versions alance cannot write
-        lance_schema = base.schema
-        lance_schema.check_compatible(arrow_schema)
+        # Columns in any order, nullable ones may be left out (as pylance): see inputs.
+        lance_schema, batches = appended_layout(
+            base.schema, arrow_schema, batches,
+            legacy=file_version_of(base.data_storage_version) is None)
         target = lance_schema.to_arrow()
         storage_version = base.data_storage_version
     elif base is not None and data_storage_version is None:

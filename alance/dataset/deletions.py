@@ -28,6 +28,7 @@ from alance.errors import AlanceError, InvalidInputError
 from alance.format.deletion import (
     BITMAP_THRESHOLD,
     DeletionFileKind,
+    deletion_file_kind,
     deletion_file_path,
     encode_deletion_file,
 )
@@ -66,7 +67,8 @@ class WrittenFiles:
 def deletion_path(fragment: table_pb2.DataFragment) -> str:
     """Path of the fragment's deletion file (which it must have)."""
     df = fragment.deletion_file
-    return deletion_file_path(fragment.id, df.read_version, df.id, DeletionFileKind(df.file_type))
+    kind = deletion_file_kind(df.file_type, f"fragment {fragment.id}")
+    return deletion_file_path(fragment.id, df.read_version, df.id, kind)
 
 
 def kind_for(existing: DeletionFileKind | None, total: int) -> DeletionFileKind:
@@ -136,7 +138,8 @@ async def extend_deletions(ctx: ReadContext, fragment: table_pb2.DataFragment,
                            ) -> table_pb2.DataFragment | None:
     """Add ``new_offsets`` to the fragment's deleted rows (see :func:`write_deletion_vector`)."""
     existing = await ctx.deleted_offsets(fragment)
-    current_kind = (DeletionFileKind(fragment.deletion_file.file_type)
+    current_kind = (deletion_file_kind(fragment.deletion_file.file_type,
+                                       f"fragment {fragment.id}")
                     if fragment.HasField("deletion_file") else None)
     merged = sorted_unique(np.concatenate([existing if existing is not None else _EMPTY,
                                            new_offsets.astype(np.uint32)]))

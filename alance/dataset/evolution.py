@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +44,7 @@ from alance.dataset.backfill import (
     system_columns_in,
 )
 from alance.dataset.commit import DEFAULT_MAX_RETRIES
+from alance.dataset.inputs import record_batch_stream
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import SYSTEM_COLUMNS, as_schema
 from alance.dataset.snapshot import Snapshot
@@ -118,34 +119,36 @@ def _evaluate_no_columns(compiled: Mapping[str, pc.Expression], rows: int) -> pa
 
 
 class _InOrder:
-    """Values given in dataset row order (live rows), consumed fragment by fragment."""
+    """Values given in dataset row order (live rows), consumed fragment by fragment; streamed
+    from anything :func:`~alance.dataset.inputs.record_batch_stream` takes."""
 
-    def __init__(self, data: Any) -> None:
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        if isinstance(data, pa.Table):
-            data = data.to_reader()
-        if not isinstance(data, pa.RecordBatchReader):
-            raise InvalidInputError("values in row order must be a pyarrow Table, RecordBatch "
-                                    "or RecordBatchReader")
-        self.reader = data
-        self.schema = data.schema
+    def __init__(self, schema: pa.Schema, batches: AsyncIterator[pa.RecordBatch]) -> None:
+        self.batches = batches
+        self.schema = schema
         self.pending: pa.Table = self.schema.empty_table()
+
+    @classmethod
+    async def of(cls, data: Any) -> _InOrder:
+        return cls(*await record_batch_stream(data, purpose="add as columns"))
 
     async def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         need = batch.num_rows
         while self.pending.num_rows < need:
-            try:
-                more = self.reader.read_next_batch()
-            except StopIteration:
+            more = await anext(self.batches, None)
+            if more is None:
                 raise InvalidInputError("the new column values end before the dataset's rows "
-                                        "do") from None
+                                        "do")
             self.pending = pa.concat_tables([self.pending, pa.Table.from_batches([more])])
         out, self.pending = self.pending.slice(0, need), self.pending.slice(need)
         return out
 
-    def check_exhausted(self) -> None:
-        if self.pending.num_rows or next(iter(self.reader), None) is not None:
+    async def check_exhausted(self) -> None:
+        extra = self.pending.num_rows
+        async for more in self.batches:
+            extra += more.num_rows
+            if extra:
+                break
+        if extra:
             raise InvalidInputError("more new column values were given than the dataset has "
                                     "rows")
 
@@ -200,9 +203,10 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     ``transforms``: a mapping ``name -> SQL expression``; a function (sync or async) taking a
     batch of the ``read_columns`` (default: all; ``_rowid``/``_rowaddr`` allowed) and
     returning the new columns (RecordBatch, Table, dict of arrays or pandas DataFrame; an
-    ``output_schema`` attribute fixes their types, else the first batch decides); a
-    ``pa.Table``/``RecordBatchReader`` of values in row order (live rows, dataset order); or
-    a ``pa.Field``/``pa.Schema``/list of fields for all-null columns.
+    ``output_schema`` attribute fixes their types, else the first batch decides); values in
+    row order (live rows, dataset order), streamed from a ``pa.Table``, ``RecordBatchReader``,
+    dataset, DataFrame, iterable of batches... (see :mod:`alance.dataset.inputs`); or a
+    ``pa.Field``/``pa.Schema``/list of fields for all-null columns.
     """
     check_writer_flags(snapshot.manifest.writer_feature_flags)
     ctx = ReadContext(store, snapshot)
@@ -240,10 +244,6 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         _check_new_names(schema, list(transforms))
         mapper, out_arrow, read_names = _sql_mapper(snapshot, transforms)
         new_fields = _new_fields(snapshot, out_arrow)
-    elif isinstance(transforms, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
-        in_order = _InOrder(transforms)
-        mapper, read_names, concurrency_used = in_order, [], 1
-        new_fields = _new_fields(snapshot, in_order.schema)
     elif callable(transforms):
         names = list(read_columns) if read_columns is not None else schema.names
         read_names = names
@@ -255,9 +255,10 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
             declared = await _probe_schema(ctx, read_fields, system_columns_in(names), probed,
                                            batch_size)
         new_fields = _new_fields(snapshot, declared)
-    else:
-        raise InvalidInputError(f"add_columns: unsupported transforms of type "
-                                f"{type(transforms).__name__}")
+    else:  # values in row order: a table, reader, dataset, DataFrame, batches...
+        in_order = await _InOrder.of(transforms)
+        mapper, read_names, concurrency_used = in_order, [], 1
+        new_fields = _new_fields(snapshot, in_order.schema)
     for n in read_names:
         if n not in SYSTEM_COLUMNS:
             schema.field(n)  # unknown names -> InvalidInputError
@@ -270,7 +271,7 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     fragments = await backfill.run()
     if in_order is not None:
         try:
-            in_order.check_exhausted()
+            await in_order.check_exhausted()
         except InvalidInputError:
             await delete_fragment_files(store, [only_new_files(o, n) for o, n in
                                                 zip(snapshot.fragments, fragments, strict=True)])
@@ -290,34 +291,27 @@ def _typed_for_user(mapper: Mapper, read_fields: list[LanceField]) -> Mapper:
     return typed
 
 
-def _as_table(data: Any) -> pa.Table:
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.RecordBatchReader):
-        return data.read_all()
-    if hasattr(data, "to_table") and callable(data.to_table):
-        table = data.to_table()
-        if isinstance(table, pa.Table):
-            return table
-    if hasattr(data, "columns") and hasattr(data, "dtypes"):
-        return pa.Table.from_pandas(data, preserve_index=False)
-    raise InvalidInputError(f"cannot merge a {type(data).__name__}: give a pyarrow Table, "
-                            "RecordBatch, RecordBatchReader or pandas DataFrame")
+async def _as_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:
+    """The new data of a merge, gathered (the join needs all of it): anything
+    :func:`~alance.dataset.inputs.record_batch_stream` takes."""
+    schema, batches = await record_batch_stream(data, schema, purpose="merge")
+    return pa.Table.from_batches([b async for b in batches], schema=schema)
 
 
 async def merge_columns(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                         data: Any, left_on: str, right_on: str | None = None, *,
                         concurrency: int = DEFAULT_CONCURRENCY,
                         progress: ProgressCallback | None = None,
-                        max_retries: int = DEFAULT_MAX_RETRIES) -> Snapshot:
+                        max_retries: int = DEFAULT_MAX_RETRIES,
+                        schema: pa.Schema | None = None) -> Snapshot:
     """Add the columns of ``data`` matched to rows by ``left_on`` = ``right_on`` (left join).
 
     Rows without a match get nulls; when ``data`` repeats a key, its first row is used.
+    ``data``: anything :func:`~alance.dataset.inputs.record_batch_stream` takes (cast to
+    ``schema`` if given).
     """
     right_on = right_on or left_on
-    table = _as_table(data)
+    table = await _as_table(data, schema)
     if right_on not in table.column_names:
         raise InvalidInputError(f"merge: {right_on!r} is not a column of the new data")
     key_field = snapshot.schema.field(left_on)

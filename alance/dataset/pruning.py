@@ -33,6 +33,7 @@ from alance._proto import table_pb2
 from alance.dataset.data_file import DataFileReader
 from alance.dataset.read import FragmentReader, ReadContext
 from alance.filter import AllOf, AnyOf, BoundPredicate, RangeTest, bound_predicate, tested_columns
+from alance.format.legacy.stats import check_stats_column
 from alance.format.schema import LanceField
 
 
@@ -70,6 +71,31 @@ def _cmp(op: str, lo: pa.Array, hi: pa.Array, value: pa.Scalar) -> pa.Array:
     return pc.greater_equal(hi, value)  # ge
 
 
+#: IN lists longer than this are tested against the bounds with a sorted search, not one
+#: comparison per value.
+_IN_LOOP_VALUES = 16
+
+
+def _any_within(lo: pa.Array, hi: pa.Array, values: tuple[pa.Scalar, ...]) -> np.ndarray:
+    """Per row group: does some value lie within ``[lo, hi]``? (True where a bound is
+    unknown.) One sorted search of the values per group instead of one comparison per
+    value: a 200,000-value IN list costs milliseconds."""
+    known = pc.and_(pc.is_valid(lo), pc.is_valid(hi)).to_numpy(zero_copy_only=False)
+    if not known.any():
+        return np.ones(len(lo), dtype=bool)
+    ordered = pa.array(values, type=values[0].type)
+    ordered = pc.unique(ordered)
+    ordered = ordered.take(pc.sort_indices(ordered)).to_numpy(zero_copy_only=False)
+    filler = values[0].cast(lo.type)
+    lows = pc.fill_null(lo, filler).to_numpy(zero_copy_only=False)
+    highs = pc.fill_null(hi, filler).to_numpy(zero_copy_only=False)
+    first = np.searchsorted(ordered, lows, side="left")  # first value >= the group's min
+    inside = first < len(ordered)
+    candidate = ordered[np.minimum(first, len(ordered) - 1)]
+    inside &= np.asarray(candidate <= highs, dtype=bool)
+    return inside | ~known  # type: ignore[no-any-return]
+
+
 def _may_match(test: RangeTest, stats: pa.StructArray, rows: np.ndarray) -> np.ndarray:
     """Per row group: can some row satisfy ``test``? (True where the statistics can't tell)."""
     nulls = stats.field("null_count").to_numpy(zero_copy_only=False)
@@ -78,6 +104,8 @@ def _may_match(test: RangeTest, stats: pa.StructArray, rows: np.ndarray) -> np.n
     if test.op == "not_null":
         return nulls < rows  # type: ignore[no-any-return]
     lo, hi = stats.field("min_value"), stats.field("max_value")
+    if test.op == "in" and len(test.values) > _IN_LOOP_VALUES:
+        return _any_within(lo, hi, test.values) & (nulls < rows)  # type: ignore[no-any-return]
     if test.op == "in":
         result = None
         for v in test.values:
@@ -119,8 +147,7 @@ class Pruner:
             if batch is None or str(lf.id) not in batch.schema.names:
                 continue
             column = batch.column(str(lf.id))
-            if len(column) != len(offsets) - 1:
-                continue
+            check_stats_column(lf, column, np.diff(offsets), owner.path)
             bounds.append(offsets)
             found[name] = (offsets, column)
         return bounds, found

@@ -18,7 +18,7 @@ from alance.dataset.data_file import DataFileReader
 from alance.dataset.json_columns import is_json, text_view, to_text_column
 from alance.dataset.snapshot import Snapshot
 from alance.errors import CorruptFileError, UnsupportedFeatureError
-from alance.format.deletion import DeletionFileKind, decode_deletion_file, deletion_file_path
+from alance.format.deletion import decode_deletion_file, deletion_file_kind, deletion_file_path
 from alance.format.legacy.decode import read_dictionary_values
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.manifest import DATA_DIR
@@ -50,6 +50,7 @@ class ReadContext:
         self._deletions: dict[int, np.ndarray | None] = {}
         self._dictionaries: dict[int, pa.Array] | None = None
         self._row_ends: np.ndarray | None = None
+        self._fragment_of: dict[str, table_pb2.DataFragment] | None = None
 
     def live_row_ends(self) -> np.ndarray:
         """Live rows of the version up to and including each fragment (from the manifest)."""
@@ -74,8 +75,31 @@ class ReadContext:
         return self._dictionaries
 
     async def data_file(self, data_file: table_pb2.DataFile, schema: LanceSchema,
-                        ) -> DataFileReader:
-        """The opened reader of a data file (its metadata read once per version)."""
+                        fragment: table_pb2.DataFragment | None = None) -> DataFileReader:
+        """The opened reader of a data file (its metadata read once per version).
+
+        Every data file of a fragment holds exactly the fragment's ``physical_rows`` rows; a
+        file that holds another number is a :class:`CorruptFileError` (``fragment``: the
+        fragment the file belongs to; looked up in the version when not given).
+        """
+        reader = await self._open_data_file(data_file, schema)
+        if fragment is None:
+            fragment = self._fragment_of_file(data_file.path)
+        if fragment is not None and reader.num_rows != fragment.physical_rows:
+            raise CorruptFileError(
+                f"{reader.path}: holds {reader.num_rows} rows, but fragment {fragment.id} has "
+                f"{fragment.physical_rows} physical rows (each of its data files holds them "
+                "all)")
+        return reader
+
+    def _fragment_of_file(self, path: str) -> table_pb2.DataFragment | None:
+        if self._fragment_of is None:
+            self._fragment_of = {f.path: frag for frag in self.snapshot.fragments
+                                 for f in frag.files}
+        return self._fragment_of.get(path)
+
+    async def _open_data_file(self, data_file: table_pb2.DataFile, schema: LanceSchema,
+                              ) -> DataFileReader:
         reader = self._files.get(data_file.path)
         if reader is None:
             if data_file.HasField("base_id"):
@@ -103,9 +127,9 @@ class ReadContext:
         if fragment.id in self._deletions:
             return self._deletions[fragment.id]
         df = fragment.deletion_file
-        kind = DeletionFileKind(df.file_type)
+        kind = deletion_file_kind(df.file_type, f"fragment {fragment.id}")
         path = deletion_file_path(fragment.id, df.read_version, df.id, kind)
-        offsets = decode_deletion_file(kind, await self.store.get(path))
+        offsets = decode_deletion_file(kind, await self.store.get(path), path)
         if df.num_deleted_rows and len(offsets) != df.num_deleted_rows:
             raise CorruptFileError(
                 f"{path}: holds {len(offsets)} deleted rows, manifest says {df.num_deleted_rows}")
@@ -165,7 +189,7 @@ class FragmentReader:
         if not owners:
             return None
         data_file = owners[0][0]
-        return await self.ctx.data_file(data_file, self._file_schema(data_file))
+        return await self.ctx.data_file(data_file, self._file_schema(data_file), self.fragment)
 
     def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
         return self.ctx.snapshot.schema.with_ids(f for f in data_file.fields
@@ -176,7 +200,7 @@ class FragmentReader:
         if not self.fragment.files:
             return np.array([0, self.physical_rows], dtype=np.int64)
         first = self.fragment.files[0]
-        reader = await self.ctx.data_file(first, self._file_schema(first))
+        reader = await self.ctx.data_file(first, self._file_schema(first), self.fragment)
         return reader.row_group_bounds
 
     async def _assemble(self, projection: Sequence[LanceField], num_rows: int,
@@ -204,7 +228,8 @@ class FragmentReader:
         """Physical rows ``[start, end)`` of the projected fields (deleted rows included)."""
         parts = []
         for data_file, fields in self._owners(projection):
-            reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
+            reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
+                                              self.fragment)
             sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
             parts.append((fields, reader.read_range(sub, start, end)))
         return await self._assemble(projection, end - start, parts)
@@ -214,7 +239,8 @@ class FragmentReader:
         """The rows at sorted, unique physical ``offsets`` (reads only pages that hold them)."""
         parts = []
         for data_file, fields in self._owners(projection):
-            reader = await self.ctx.data_file(data_file, self._file_schema(data_file))
+            reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
+                                              self.fragment)
             sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
             parts.append((fields, reader.read_rows(sub, offsets)))
         return await self._assemble(projection, len(offsets), parts)

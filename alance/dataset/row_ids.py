@@ -17,7 +17,7 @@ import asyncio
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ from alance.format.row_id_sequence import decode_row_ids, parse_row_ids
 from alance.format.row_versions import decode_versions
 from alance.format.schema import with_extension_type
 from alance.transaction.lineage import FragmentLineage
+
+if TYPE_CHECKING:
+    from alance.dataset.projection import Columns, Projection
 
 ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"
@@ -356,12 +359,18 @@ def _as_ids(values: Any) -> np.ndarray:
 
 
 async def take_rows_by_id(ctx: ReadContext, row_ids: Any,
-                          columns: Sequence[str] | None = None) -> pa.Table:
+                          columns: Columns = None) -> pa.Table:
     """The rows with ``row_ids`` (stable ids, or addresses without them), in the order given.
 
     ``columns`` may name system columns. An id that names no live row of this version is
-    :class:`InvalidInputError`.
+    :class:`InvalidInputError`. ``columns`` may also hold ``_rowoffset``, struct field paths
+    and SQL expressions (see :mod:`alance.dataset.projection`).
     """
+    from alance.dataset.projection import Projection  # it builds on this module
+
+    plan = Projection.parse(ctx.schema, columns, take=True, plain=SYSTEM_COLUMNS)
+    if plan is not None:
+        return await _take_projected(ctx, row_ids, plan)
     ids = _as_ids(row_ids)
     schema = ctx.schema
     names = list(columns) if columns is not None else list(schema.names)
@@ -399,6 +408,30 @@ async def take_rows_by_id(ctx: ReadContext, row_ids: Any,
     table = pa.Table.from_batches(parts).take(pa.array(order)).combine_chunks()
     return pa.Table.from_batches([as_schema(b, out_schema) for b in table.to_batches()],
                                  schema=out_schema)
+
+
+async def _take_projected(ctx: ReadContext, row_ids: Any, plan: Projection) -> pa.Table:
+    """:func:`take_rows_by_id` of what the projection ``plan`` computes."""
+    from alance.dataset.projection import ROW_OFFSET, row_offsets
+
+    inner = [n for n in plan.inner if n != ROW_OFFSET]
+    # Some column, so that the rows are counted (a literal needs none).
+    table = await take_rows_by_id(ctx, row_ids, inner or [ROW_ADDRESS])
+    if ROW_OFFSET in plan.inner:
+        ids = _as_ids(row_ids)
+        addresses, _ = await row_addresses_of(ctx, ids)  # all found: the take succeeded
+        by_id = {int(f.id): f for f in ctx.snapshot.fragments}
+        frag_ids = addresses >> np.uint64(32)
+        offsets = np.zeros(len(ids), dtype=np.uint64)
+        for fid in np.unique(frag_ids).tolist():
+            mask = frag_ids == np.uint64(fid)
+            found = await row_offsets(ctx, by_id[int(fid)],
+                                      addresses[mask] & np.uint64(0xFFFFFFFF))
+            offsets[mask] = found.to_numpy()
+        table = table.append_column(pa.field(ROW_OFFSET, pa.uint64(), False),
+                                    pa.array(offsets, pa.uint64()))
+    result: pa.Table = plan.apply_table(table)
+    return result
 
 
 __all__ = [

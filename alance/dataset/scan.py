@@ -22,6 +22,13 @@ from pyarrow import acero
 from alance._proto import table_pb2
 from alance.dataset import plan_text
 from alance.dataset.data_file import chunk_rows_for
+from alance.dataset.projection import (
+    ROW_OFFSET,
+    SCAN_SYSTEM_COLUMNS,
+    Columns,
+    Projection,
+    row_offsets,
+)
 from alance.dataset.pruning import ScanStats, make_pruner
 from alance.dataset.read import FragmentReader, ReadContext, live_rows
 from alance.dataset.row_ids import ROW_ADDRESS, ROW_ID, SYSTEM_COLUMNS, system_columns
@@ -126,7 +133,7 @@ class _Chunk:
 class Scanner:
     """A configured scan of one dataset version (see :meth:`LanceDataset.scanner`)."""
 
-    def __init__(self, ctx: ReadContext, *, columns: Sequence[str] | None = None,
+    def __init__(self, ctx: ReadContext, *, columns: Columns = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, batch_size: int | None = None,
                  with_row_id: bool = False, with_row_address: bool = False,
@@ -141,15 +148,22 @@ class Scanner:
             raise InvalidInputError(f"Offset must be non-negative, got {offset}")
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1")
-        names = list(columns) if columns is not None else schema.names
-        # System columns (_rowid, _rowaddr, _row_created_at_version,
+        #: SQL expressions and struct field paths (alance.dataset.projection), computed from
+        #: the inner columns (``_output_names``) as batches leave the scan; None for a list
+        #: of top-level and system columns.
+        self._final = Projection.parse(schema, columns, trailing=[ROW_ID] * with_row_id + [
+            ROW_ADDRESS] * with_row_address)
+        names = (self._final.inner if self._final is not None
+                 else list(columns) if columns is not None else schema.names)
+        # System columns (_rowid, _rowaddr, _rowoffset, _row_created_at_version,
         # _row_last_updated_at_version) may be projected by name, in any position.
-        self.projection: list[LanceField] = [schema.field(n) for n in names
-                                             if n not in SYSTEM_COLUMNS]
+        self.projection: list[LanceField] = (
+            self._final.fields(schema) if self._final is not None
+            else [schema.field(n) for n in names if n not in SCAN_SYSTEM_COLUMNS])
         self._output_names = list(dict.fromkeys(
             names + ([ROW_ID] if with_row_id else []) + ([ROW_ADDRESS] if with_row_address
                                                          else [])))
-        if len(self._output_names) != len(names) + with_row_id + with_row_address:
+        if len(set(names)) != len(names):
             raise InvalidInputError(f"columns repeat a name: {names}")
         self.with_row_id = with_row_id
         self.with_row_address = with_row_address
@@ -173,6 +187,9 @@ class Scanner:
             raise InvalidInputError("filter must be a SQL string or a pyarrow.compute.Expression")
         self._filter_system = [n for n in SYSTEM_COLUMNS if n in filter_names]
         self._filter_names = set(filter_names)
+        if self._final is not None:  # a column the filter reads is read whole
+            self.projection = [schema.field(f.name) if f.name in self._filter_names else f
+                               for f in self.projection]
         extra = [schema.field(n) for n in filter_names
                  if n not in SYSTEM_COLUMNS and n not in names]
         self.read_fields = self.projection + extra
@@ -208,8 +225,13 @@ class Scanner:
     @property
     def output_schema(self) -> pa.Schema:
         """The schema of the batches this scan yields."""
+        return self._final.schema if self._final is not None else self._inner_schema
+
+    @property
+    def _inner_schema(self) -> pa.Schema:
+        """The columns read and system columns, before a projection computes the output."""
         data = {f.name: f for f in self.projection}
-        return pa.schema([pa.field(n, pa.uint64(), True) if n in SYSTEM_COLUMNS
+        return pa.schema([pa.field(n, pa.uint64(), True) if n in SCAN_SYSTEM_COLUMNS
                           else with_extension_type(data[n].to_arrow())
                           for n in self._output_names])
 
@@ -297,7 +319,7 @@ class Scanner:
             selected = _filter_batch(head, self.filter)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
-        names = self.output_schema.names
+        names = self._output_names
         if not rest:
             return [selected.select(names)]
         positions = selected.column(_POSITION).to_numpy()
@@ -346,12 +368,15 @@ class Scanner:
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
                                    offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
-        wanted = [n for n in SYSTEM_COLUMNS
+        wanted = [n for n in SCAN_SYSTEM_COLUMNS
                   if n in self._output_names or n in self._filter_system]
         if wanted:
             if isinstance(offsets, _Chunk):
                 offsets = offsets.rows()
-            extra = await system_columns(self.ctx, fragment.fragment, offsets, wanted)
+            extra = await system_columns(self.ctx, fragment.fragment, offsets,
+                                         [n for n in wanted if n != ROW_OFFSET])
+            if ROW_OFFSET in wanted:
+                extra[ROW_OFFSET] = await row_offsets(self.ctx, fragment.fragment, offsets)
             arrays = [*batch.columns, *extra.values()]
             fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in extra)]
             # Rebuilt rather than appended to: a batch with no columns has no row count.
@@ -361,7 +386,7 @@ class Scanner:
     async def _finish(self, batch: pa.RecordBatch, fragment: FragmentReader,
                       offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
         batch = await self._with_system_columns(batch, fragment, offsets)
-        return batch.select(self.output_schema.names)
+        return batch.select(self._output_names)
 
     async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
                                 need: int | None = None,
@@ -427,7 +452,8 @@ class Scanner:
                         remaining = 0
                     else:
                         remaining -= batch.num_rows
-                batch = as_schema(batch, self.output_schema)
+                batch = (as_schema(batch, self.output_schema) if self._final is None
+                         else self._final.apply(batch))
                 for start in range(0, batch.num_rows, self.batch_size):
                     yield batch.slice(start, self.batch_size)
                 if remaining == 0:

@@ -11,6 +11,7 @@ from alance.commit.handler import CommitHandler, ManifestLocation
 from alance.format.feature_flags import check_reader_flags
 from alance.format.manifest import ManifestFile, decode_manifest_file, encode_manifest_file
 from alance.format.schema import LanceSchema
+from alance.format.validate import validate_manifest
 from alance.io.store import DatasetStore
 
 
@@ -72,8 +73,14 @@ async def load_snapshot(store: DatasetStore, handler: CommitHandler,
 
 
 async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> Snapshot:
-    """Read and check the manifest at a known location."""
+    """Read and check the manifest at a known location.
+
+    Besides decoding, the fragments' numbers are checked against each other
+    (:func:`~alance.format.validate.validate_manifest`): a corrupt count is a
+    :class:`~alance.errors.CorruptFileError` here, not a silently wrong read later.
+    """
     data = await store.get(location.path)
     manifest_file = decode_manifest_file(data)
     check_reader_flags(manifest_file.manifest.reader_feature_flags)
+    validate_manifest(manifest_file.manifest, location.path)
     return Snapshot(location, manifest_file)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from alance.dataset.projection import ROW_OFFSET, Columns, Projection, system_columns_at
 from alance.dataset.read import ReadContext, live_rows
 from alance.dataset.scan import as_schema
 from alance.dataset.take_batch import TakeBatcher
@@ -37,13 +38,18 @@ def _schemas(ctx: ReadContext, columns: Sequence[str] | None) -> tuple[list[Any]
     return projection, out_schema
 
 
-async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | None,
+async def take_rows(ctx: ReadContext, indices: Any, columns: Columns,
                     batcher: TakeBatcher | None = None) -> pa.Table:
     """Rows at dataset positions ``indices`` (0-based, deleted rows not counted), in order.
 
     With a ``batcher``, takes that run concurrently share one read (see
-    :mod:`alance.dataset.take_batch`).
+    :mod:`alance.dataset.take_batch`). ``columns`` may also hold system columns, struct
+    field paths and SQL expressions (see :mod:`alance.dataset.projection`).
     """
+    plan = Projection.parse(ctx.schema, columns, take=True, plain=())
+    if plan is not None:
+        return await _take_projected(ctx, indices, plan, batcher)
+    columns = None if columns is None else list(columns)  # names only, as parse found
     _, out_schema = _schemas(ctx, columns)  # unknown columns fail here, for this caller
     idx = _as_indices(indices)
     if idx.size == 0:
@@ -64,6 +70,23 @@ async def take_rows(ctx: ReadContext, indices: Any, columns: Sequence[str] | Non
     if len(union) == len(idx) and np.array_equal(union, idx):
         return table
     return table.take(pa.array(inverse.ravel()))
+
+
+async def _take_projected(ctx: ReadContext, indices: Any, plan: Projection,
+                          batcher: TakeBatcher | None) -> pa.Table:
+    """:func:`take_rows` of what ``plan`` computes: its data columns taken, its system
+    columns added (``_rowoffset`` is the index itself), then the projection applied."""
+    data = [n for n in plan.inner if n in ctx.schema.names]
+    table = await take_rows(ctx, indices, data, batcher)  # validates the indices
+    system = [n for n in plan.inner if n not in data]
+    if system:
+        positions = _as_indices(indices)
+        extra = await system_columns_at(ctx, positions, [n for n in system if n != ROW_OFFSET])
+        if ROW_OFFSET in system:
+            extra[ROW_OFFSET] = pa.array(positions.astype(np.uint64), pa.uint64())
+        table = pa.Table.from_arrays([*table.combine_chunks().columns, *extra.values()],
+                                     names=[*table.column_names, *extra])
+    return plan.apply_table(table)
 
 
 async def read_positions(ctx: ReadContext, positions: np.ndarray,

@@ -16,7 +16,8 @@ backquoted names must match exactly.
 
 Deliberate differences from pylance: trailing text after the expression (``i = 1 x``,
 ``a; b``) is an error instead of being ignored; LIKE/starts_with/... need a literal pattern;
-TRY_CAST, list indexing and array functions are not supported; unary ``+`` is accepted.
+TRY_CAST and array functions other than ``array_element`` are not supported, and list
+indices must be constant positive integers (``items[1]``); unary ``+`` is accepted.
 
 Nothing here touches data: compilation only needs the schema.
 
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from alance.errors import InvalidInputError
 from alance.filter._bounds import (
@@ -45,7 +47,7 @@ from alance.filter._bounds import (
     tested_columns,
 )
 from alance.filter._compiler import Compiler
-from alance.filter._sql import is_sql_literal, parse_filter
+from alance.filter._sql import is_column_ref, is_sql_literal, parse_filter, quoted_sql, unparen
 
 __all__ = [
     "ROW_ADDRESS_COLUMNS",
@@ -61,6 +63,8 @@ __all__ = [
     "compile_filter",
     "compile_expression",
     "compile_filter_and_columns",
+    "column_path",
+    "expression_nullable",
     "filter_columns",
 ]
 
@@ -72,11 +76,11 @@ def _compile(
     sql: str, schema: pa.Schema, extra_columns: Iterable[str]
 ) -> tuple[pc.Expression, Compiler]:
     compiler = Compiler(schema, extra_columns)
-    node = compiler.compile(parse_filter(sql), resolve=True)
+    node = compiler.compile(parse_filter(sql, literal_lists=True), resolve=True)
     result_type = compiler.infer(node.expr)
     if not pa.types.is_boolean(result_type):
         raise InvalidInputError(
-            f"the filter {sql!r} is not a boolean expression (it is {result_type})"
+            f"the filter {quoted_sql(sql)} is not a boolean expression (it is {result_type})"
         )
     return node.expr, compiler
 
@@ -111,16 +115,26 @@ def compile_filter_and_columns(
     """:func:`compile_filter` and :func:`filter_columns` in one pass (parses once).
 
     Compiled filters are remembered (a service repeats the same filters, and parsing costs
-    more than a point read); expressions are immutable, so sharing them is safe."""
-    expr, names = _compiled(sql, schema, tuple(extra_columns))
+    more than a point read); expressions are immutable, so sharing them is safe. Only a
+    few long texts (huge IN lists: megabytes each) are remembered."""
+    long = isinstance(sql, str) and len(sql) > _LONG_SQL_CHARS
+    cache = _compiled_long if long else _compiled
+    expr, names = cache(sql, schema, tuple(extra_columns))
     return expr, list(names)
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(sql: str, schema: pa.Schema, extra_columns: tuple[str, ...],
-              ) -> tuple[pc.Expression, tuple[str, ...]]:
+#: Filters longer than this are remembered in a small cache of their own.
+_LONG_SQL_CHARS = 16 * 1024
+
+
+def _compile_once(sql: str, schema: pa.Schema, extra_columns: tuple[str, ...],
+                  ) -> tuple[pc.Expression, tuple[str, ...]]:
     expr, compiler = _compile(sql, schema, extra_columns)
     return expr, tuple(name for name in compiler.schema.names if name in compiler.columns)
+
+
+_compiled = functools.lru_cache(maxsize=512)(_compile_once)
+_compiled_long = functools.lru_cache(maxsize=4)(_compile_once)
 
 
 def compile_expression(
@@ -136,11 +150,62 @@ def compile_expression(
     type (:class:`InvalidInputError` if it does not fit, e.g. ``'abc'`` for an integer).
     """
     compiler = Compiler(schema, extra_columns)
-    tree = parse_filter(sql)
+    tree = parse_filter(sql, literal_lists=True)
     coerce = target_type if is_sql_literal(tree) else None
     node = compiler.compile(tree, resolve=True, coerce_to=coerce)
     columns = [name for name in compiler.schema.names if name in compiler.columns]
     return node.expr, compiler.infer(node.expr), columns
+
+
+def column_path(
+    sql: str, schema: pa.Schema, extra_columns: Sequence[str] = ROW_ADDRESS_COLUMNS
+) -> list[str] | None:
+    """``[column, child, ...]`` when ``sql`` is just a reference to a column or to a struct
+    field of one (``a``, ``s.x``, ``s['x']``), resolved against ``schema`` as filters resolve
+    names; ``None`` for any other expression. Unknown names raise :class:`InvalidInputError`.
+    """
+    tree = parse_filter(sql)
+    if not is_column_ref(tree):
+        return None
+    return Compiler(schema, extra_columns).path(tree)
+
+
+def expression_nullable(
+    sql: str, schema: pa.Schema, extra_columns: Sequence[str] = ROW_ADDRESS_COLUMNS
+) -> bool:
+    """Whether the value of ``sql`` may be NULL, judged from the schema as Lance (DataFusion)
+    judges it: a column reference is nullable when the column or a struct on its path is;
+    a non-NULL literal is not; ``IS [NOT] NULL`` never is; CAST and operators are nullable
+    when an operand is; ``coalesce`` when every argument is; other functions and list
+    indexing always are. ``extra_columns`` not in ``schema`` count as nullable.
+    """
+    compiler = Compiler(schema, extra_columns)
+
+    def nullable(node: exp.Expression) -> bool:
+        node = unparen(node)
+        if is_column_ref(node):
+            path = compiler.path(node)
+            field = compiler.schema.field(path[0])
+            maybe = field.nullable
+            for name in path[1:]:
+                field = field.type.field(name)
+                maybe = maybe or field.nullable
+            return maybe
+        if isinstance(node, exp.Null):
+            return True
+        if is_sql_literal(node):
+            return False
+        if isinstance(node, exp.Is):
+            return False
+        if isinstance(node, exp.Coalesce):
+            return all(nullable(arg) for arg in node.iter_expressions())
+        if isinstance(node, exp.Cast):
+            return nullable(node.this)
+        if isinstance(node, (exp.Func, exp.Bracket, exp.Dot)):
+            return True
+        return any(nullable(child) for child in node.iter_expressions())
+
+    return nullable(parse_filter(sql))
 
 
 def as_expression(

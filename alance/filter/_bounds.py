@@ -21,16 +21,37 @@ import pyarrow.dataset as pads
 from sqlglot import exp
 
 from alance.errors import InvalidInputError
-from alance.filter._sql import LanceSql, is_sql_literal, parse_filter, unparen
+from alance.filter._compiler import Compiler
+from alance.filter._sql import (
+    LanceSql,
+    LiteralList,
+    flatten_chain,
+    is_sql_literal,
+    literal_list,
+    parse_filter,
+    unparen,
+)
+from alance.filter._values import coerce_value, literal_array
+
+#: Values a predicate's ``repr`` shows (an IN list may hold hundreds of thousands).
+_REPR_VALUES = 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RangeTest:
     """``column <op> values``; ops: eq, lt, le, gt, ge, in, is_null, not_null."""
 
     column: str
     op: str
     values: tuple[pa.Scalar, ...] = ()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(v) for v in self.values[:_REPR_VALUES])
+        if len(self.values) > _REPR_VALUES:
+            shown += f", ... ({len(self.values)} values)"
+        elif len(self.values) == 1:
+            shown += ","
+        return f"RangeTest(column={self.column!r}, op={self.op!r}, values=({shown}))"
 
 
 @dataclass(frozen=True)
@@ -72,6 +93,7 @@ class _Builder:
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
         self._one_row = pa.table({"__alance": pa.array([0], pa.int8())})
+        self._literals = Compiler(schema, ())  # reads literals exactly as filters do
 
     def column(self, node: exp.Expression) -> pa.Field | None:
         node = unparen(node)
@@ -95,7 +117,16 @@ class _Builder:
         from alance.filter import compile_expression
 
         node = unparen(node)
-        if not is_sql_literal(node) and not isinstance(node, exp.Cast):
+        if is_sql_literal(node):  # directly, as the compiler converts it (no round trip)
+            try:
+                lit = self._literals.literal(node)
+                scalar = coerce_value(lit.literal, lit.type, target)
+            except (InvalidInputError, pa.ArrowException):
+                return None
+            if scalar is None or not scalar.is_valid or not scalar.type.equals(target):
+                return None
+            return scalar
+        if not isinstance(node, exp.Cast):
             return None
         try:
             expr, _, columns = compile_expression(node.sql(dialect=LanceSql), self.schema, target)
@@ -120,14 +151,14 @@ class _Builder:
     def build(self, node: exp.Expression) -> BoundPredicate:
         node = unparen(node)
         if isinstance(node, exp.And | exp.Or):
-            left = self.build(node.args["this"])
-            right = self.build(node.args["expression"])
+            # One level per chain (not per term): a 100,000-term chain is that deep a tree.
+            built = [self.build(p) for p in flatten_chain(node)]
             if isinstance(node, exp.And):
-                parts = tuple(p for p in (left, right) if not isinstance(p, Unknown))
+                parts = tuple(p for p in built if not isinstance(p, Unknown))
                 return AllOf(parts) if parts else UNKNOWN
-            if isinstance(left, Unknown) or isinstance(right, Unknown):
+            if any(isinstance(p, Unknown) for p in built):
                 return UNKNOWN
-            return AnyOf((left, right))
+            return AnyOf(_merge_equalities(built))
         op = _OPS.get(type(node))
         if op is not None:
             return self._compare(node.args["this"], node.args["expression"], op)
@@ -146,6 +177,9 @@ class _Builder:
             field = self.column(node.this)
             if field is None:
                 return UNKNOWN
+            literals = literal_list(node)
+            if literals is not None:
+                return self._in_literals(field, literals)
             values = [self.literal(v, field.type) for v in node.expressions]
             if not values or any(v is None for v in values):
                 return UNKNOWN
@@ -159,6 +193,17 @@ class _Builder:
                 field = self.column(inner.this)
                 return UNKNOWN if field is None else RangeTest(field.name, "not_null")
         return UNKNOWN
+
+    def _in_literals(self, field: pa.Field, literals: LiteralList) -> BoundPredicate:
+        """``column IN (literals)`` for a long list read without sqlglot (vectorised; the
+        same values :meth:`literal` would give one by one)."""
+        try:
+            values = literal_array(literals.values, literals.types, field.type)
+        except (InvalidInputError, pa.ArrowException):
+            return UNKNOWN
+        if not len(values) or values.null_count:
+            return UNKNOWN
+        return RangeTest(field.name, "in", tuple(values))
 
     def _compare(self, left: exp.Expression, right: exp.Expression, op: str,
                  ) -> BoundPredicate:
@@ -176,6 +221,21 @@ class _Builder:
         return _test(field, op, value)
 
 
+def _merge_equalities(parts: list[BoundPredicate]) -> tuple[BoundPredicate, ...]:
+    """OR-ed ``eq``/``in`` tests of one column as one ``in`` test (the same condition, but
+    tested against page bounds in one vectorised step rather than one per term)."""
+    values: dict[str, list[pa.Scalar]] = {}
+    rest: list[BoundPredicate] = []
+    for part in parts:
+        if isinstance(part, RangeTest) and part.op in ("eq", "in"):
+            values.setdefault(part.column, []).extend(part.values)
+        else:
+            rest.append(part)
+    merged: list[BoundPredicate] = [RangeTest(column, "in" if len(vs) > 1 else "eq", tuple(vs))
+                                    for column, vs in values.items()]
+    return tuple(merged + rest)
+
+
 def _test(field: pa.Field, op: str, value: pa.Scalar) -> BoundPredicate:
     """``field <op> value``; UNKNOWN for tests NaN passes (Lance orders NaN above every
     float, and float bounds leave NaN out)."""
@@ -191,7 +251,7 @@ def bound_predicate(sql: str, schema: pa.Schema) -> BoundPredicate:
     UNKNOWN).
     """
     try:
-        return _Builder(schema).build(parse_filter(sql))
+        return _Builder(schema).build(parse_filter(sql, literal_lists=True))
     except InvalidInputError:
         return UNKNOWN
 

@@ -21,16 +21,22 @@ from alance.filter._sql import (
     ARITHMETIC,
     COMPARISONS,
     PATTERN_FUNCS,
+    SQL_META,
     UNARY_FUNCS,
+    LiteralList,
+    balanced,
+    flatten_chain,
     is_column_ref,
     is_sql_literal,
+    literal_list,
+    quoted_sql,
     unparen,
 )
 from alance.filter._values import (
-    NOTHING,
     Node,
     coerce_value,
     common_numeric,
+    literal_array,
     make_literal,
     needs_cast_to,
     number_literal,
@@ -60,6 +66,15 @@ def _nan_ordered(fn: Callable[..., pc.Expression], a: pc.Expression, b: pc.Expre
 _NAN_ORDERED = frozenset({pc.equal, pc.not_equal, pc.less, pc.less_equal, pc.greater,
                           pc.greater_equal})
 
+#: Deepest recursion of the compiler over a filter's tree. Parentheses and prefix operators
+#: are limited before parsing and AND/OR chains are compiled flat; this bounds the rest (long
+#: chains of other operators, ``a + a + ... + a``), whose trees are as deep as they are long.
+MAX_COMPILE_DEPTH = 200
+
+
+class _TooDeep(InvalidInputError):
+    """Raised inside the compiler's recursion; reported with the filter text at its top."""
+
 
 class Compiler:
     """Compiles one filter against one schema; remembers the columns it referenced."""
@@ -71,6 +86,7 @@ class Compiler:
         self.schema = pa.schema(fields)
         self.columns: dict[str, None] = {}
         self._empty: pa.Table | None = None
+        self._depth = 0
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -85,6 +101,18 @@ class Compiler:
         return result.schema.field(0).type
 
     def column(self, node: exp.Expression) -> Node:
+        path = self.path(node)
+        top = path[0]
+        field = self.schema.field(top)
+        for name in path[1:]:
+            field = field.type.field(name)
+        if pa.types.is_float16(field.type):  # Arrow has no float16 kernels: widen (exact)
+            return Node(pc.field(top, *path[1:]).cast(pa.float32()), pa.float32())
+        return Node(pc.field(top, *path[1:]), field.type)
+
+    def path(self, node: exp.Expression) -> list[str]:
+        """The resolved ``[column, child, ...]`` names of a column reference (recorded as
+        read); unknown names are :class:`InvalidInputError`."""
         node = unparen(node)
         path: list[str] = []
         while not isinstance(node, exp.Column):
@@ -106,9 +134,7 @@ class Compiler:
                 raise InvalidInputError(f"struct {field.name!r} has no field {name!r}")
             field = field.type.field(index)
         self.columns.setdefault(top, None)
-        if pa.types.is_float16(field.type):  # Arrow has no float16 kernels: widen (exact)
-            return Node(pc.field(top, *path[1:]).cast(pa.float32()), pa.float32())
-        return Node(pc.field(top, *path[1:]), field.type)
+        return [top, *path[1:]]
 
     def _top_level(self, name: str, exact: bool) -> str:
         names = self.schema.names
@@ -130,7 +156,25 @@ class Compiler:
         ``resolve`` marks positions where Lance checks column-vs-literal types (the top
         of the filter and operands of AND/OR). ``coerce_to`` asks for literals in this
         subtree (through arithmetic and comparisons) to be converted to that type.
+        Trees nested deeper than :data:`MAX_COMPILE_DEPTH` are :class:`InvalidInputError`.
         """
+        if self._depth >= MAX_COMPILE_DEPTH:
+            raise _TooDeep("too deep")
+        self._depth += 1
+        try:
+            return self._compile_node(node, resolve, coerce_to)
+        except (RecursionError, _TooDeep):
+            if self._depth > 1:
+                raise
+            text = node.meta.get(SQL_META)
+            what = f"the filter {quoted_sql(text)}" if isinstance(text, str) else "the filter"
+            raise InvalidInputError(f"{what} nests operators more than {MAX_COMPILE_DEPTH} "
+                                    "deep (e.g. a very long chain of + or ||)") from None
+        finally:
+            self._depth -= 1
+
+    def _compile_node(self, node: exp.Expression, resolve: bool,
+                      coerce_to: pa.DataType | None) -> Node:
         if isinstance(node, exp.Paren):
             return self.compile(node.this, resolve, coerce_to)
         if is_sql_literal(node):
@@ -146,10 +190,12 @@ class Compiler:
         if is_column_ref(node):
             return self.column(node)
         if isinstance(node, (exp.And, exp.Or)):
-            left = self.boolean(self.compile(node.this, resolve))
-            right = self.boolean(self.compile(node.expression, resolve))
+            # A chain of one operator is compiled flat and joined as a balanced tree: a
+            # 100,000-term OR neither recurses 100,000 deep here nor makes an expression
+            # that deep (Kleene AND/OR are associative, so the result is the same).
             fn = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
-            return Node(fn(left, right), pa.bool_())
+            parts = [self.boolean(self.compile(part, resolve)) for part in flatten_chain(node)]
+            return Node(balanced(fn, parts), pa.bool_())
         if isinstance(node, exp.Not):
             inner = unparen(node.this)
             keep = resolve and isinstance(inner, (exp.In, exp.Between, exp.Like, exp.ILike))
@@ -279,30 +325,58 @@ class Compiler:
         top_column = isinstance(target, exp.Column) and len(target.parts) == 1
         value = self.compile(target)
         hint = value.type if resolve and top_column else None
-        items = [self.compile(item, coerce_to=hint) for item in node.expressions]
+        literals = self._in_literals(node)
+        if literals is not None:
+            found = self._in_set(value, literals, hint)
+            if found is not None:
+                return Node(found, pa.bool_())
+            items = [Node(pc.scalar(None), pa.null(), None) if pa.types.is_null(t)
+                     else make_literal(v, t) for v, t in zip(literals.values, literals.types,
+                                                            strict=True)]
+        else:
+            items = [self.compile(item, coerce_to=hint) for item in node.expressions]
         if not items:
             raise InvalidInputError("IN requires at least one value")
-        literals = [i for i in items if i.literal is not NOTHING]
+        return Node(balanced(pc.or_kleene, [self.apply(pc.equal, value, item)
+                                            for item in items]), pa.bool_())
+
+    def _in_literals(self, node: exp.In) -> LiteralList | None:
+        """The IN list's values when every item is a plain literal (else None)."""
+        lifted = literal_list(node)
+        if lifted is not None:
+            return lifted
+        items = node.expressions
+        if not items or not all(is_sql_literal(item) for item in items):
+            return None
+        nodes = [self.literal(item) for item in items]
+        return LiteralList([n.literal for n in nodes], [n.type for n in nodes])
+
+    def _in_set(self, value: Node, literals: LiteralList, hint: pa.DataType | None,
+                ) -> pc.Expression | None:
+        """``value IN (literals)`` as one set lookup (``None``: the literals' types differ
+        from the value's, so they are compared one by one as Arrow promotes them).
+
+        With ``hint`` (a column compared directly) the literals are converted to the
+        column's type first, as Lance does; one that does not fit is an error.
+        """
         set_type = value.type.value_type if pa.types.is_dictionary(value.type) else value.type
-        if len(literals) == len(items) and all(
-            i.type == set_type or i.literal is None for i in items
-        ):
-            present = [i.literal for i in items if i.literal is not None]
-            probe = value.expr
-            if pa.types.is_floating(set_type):  # hashing tells -0.0 from 0.0; SQL does not
-                probe = pc.add(probe, pa.scalar(0.0, set_type))
-                present = [v + 0.0 for v in present]  # type: ignore[operator]
-            found = pc.is_in(probe, value_set=pa.array(present, set_type), skip_nulls=True)
-            found = pc.if_else(pc.is_null(value.expr), pa.scalar(None, pa.bool_()), found)
-            if len(present) < len(items):  # a NULL in the list turns "not found" into NULL
-                found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
-            return Node(found, pa.bool_())
-        result: pc.Expression | None = None
-        for item in items:
-            eq = self.apply(pc.equal, value, item)
-            result = eq if result is None else pc.or_kleene(result, eq)
-        assert result is not None
-        return Node(result, pa.bool_())
+        if hint is not None:
+            values = literal_array(literals.values, literals.types, hint)
+        elif set(literals.types) - {pa.null()} <= {set_type}:
+            values = pa.array(literals.values, set_type)
+        else:
+            return None
+        has_null = values.null_count > 0
+        present = values.drop_null() if has_null else values
+        probe = value.expr
+        if pa.types.is_floating(set_type):  # hashing tells -0.0 from 0.0; SQL does not
+            probe = pc.add(probe, pa.scalar(0.0, set_type))
+            present = pc.add(present, pa.scalar(0.0, set_type))
+        found = pc.is_in(probe, value_set=present, skip_nulls=True)
+        found = pc.if_else(pc.is_null(value.expr), pa.scalar(None, pa.bool_()), found)
+        if has_null:  # a NULL in the list turns "not found" into NULL
+            found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
+        return found
 
     def on_like(self, node: exp.Like, resolve: bool) -> Node:
         return self._like(node, ignore_case=False)
@@ -375,7 +449,52 @@ class Compiler:
         args = node.expressions
         if name == "is_valid" and len(args) == 1:
             return Node(pc.is_valid(self.compile(args[0]).expr), pa.bool_())
+        if name in ("array_element", "list_element") and len(args) == 2:
+            return self._element(self.compile(args[0]), args[1])
         raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
+
+    def on_bracket(self, node: exp.Bracket, resolve: bool) -> Node:
+        """``list[i]`` (1-based, as in Lance) or ``value['field']`` on a computed struct (a
+        column's own struct fields are column references, see :meth:`path`)."""
+        if len(node.expressions) != 1:
+            raise InvalidInputError(f"one index expected in {node.sql()!r}")
+        key = unparen(node.expressions[0])
+        base = self.compile(node.this)
+        if isinstance(key, exp.Literal) and key.is_string:
+            return self._struct_field(base, str(key.this))
+        return self._element(base, key)
+
+    def on_dot(self, node: exp.Dot, resolve: bool) -> Node:
+        """``value.field`` on a computed struct (e.g. ``items[1].name``)."""
+        return self._struct_field(self.compile(node.this), node.expression.name)
+
+    def _struct_field(self, base: Node, name: str) -> Node:
+        if not pa.types.is_struct(base.type):
+            raise InvalidInputError(f"cannot access field {name!r} of a {base.type} value")
+        index = base.type.get_field_index(name)
+        if index < 0:
+            raise InvalidInputError(f"the struct has no field {name!r}")
+        return Node(pc.struct_field(base.expr, [index]), base.type.field(index).type)
+
+    def _element(self, base: Node, key: exp.Expression) -> Node:
+        """Element ``key`` (1-based) of a list; NULL where the list is shorter or null.
+
+        Only constant positive indices are supported (Arrow's kernels take no per-row or
+        from-the-end index); 0 gives NULL, as in Lance."""
+        if not (pa.types.is_list(base.type) or pa.types.is_large_list(base.type)
+                or pa.types.is_fixed_size_list(base.type)):
+            raise InvalidInputError(f"cannot index a {base.type} value")
+        key = unparen(key)
+        if not (isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit()):
+            raise InvalidInputError(
+                f"unsupported list index {key.sql()!r}: only constant positive integers are "
+                "supported")
+        index = int(key.this)
+        item = base.type.value_type
+        if index == 0:
+            return Node(pc.scalar(pa.scalar(None, item)), item)
+        window = pc.list_slice(base.expr, index - 1, index, return_fixed_size_list=True)
+        return Node(pc.list_element(window, 0), item)
 
     def function(self, node: exp.Expression) -> Node:
         if type(node) in UNARY_FUNCS:

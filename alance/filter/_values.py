@@ -99,6 +99,55 @@ def coerce_value(value: object, value_type: pa.DataType, target: pa.DataType) ->
     return None
 
 
+def _literal_text(value: object) -> str:
+    """A literal as it would be written in SQL (for messages)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    return str(value)
+
+
+def literal_array(values: list[object], types: list[pa.DataType],
+                  target: pa.DataType) -> pa.Array:
+    """Literals converted to ``target`` exactly as :func:`coerce_value` converts each one,
+    in one vectorised step for the common cases (SQL NULLs become nulls).
+
+    Raises :class:`InvalidInputError` naming the first literal that does not fit.
+    """
+    shown = target
+    if pa.types.is_dictionary(target):
+        target = target.value_type
+    kinds = set(types) - {pa.null()}
+    try:
+        if kinds <= {pa.int64(), pa.uint64()} and target in INT_RANGES:
+            low, high = INT_RANGES[target]
+            present = [v for v in values if v is not None]
+            if not present or (low <= min(present) and max(present) <= high):  # type: ignore[type-var,operator]
+                return pa.array(values, target)
+        elif kinds <= {pa.int64(), pa.uint64(), pa.float64()} and (
+                pa.types.is_float32(target) or pa.types.is_float64(target)):
+            return pa.array([None if v is None else float(v) for v in values],  # type: ignore[arg-type]
+                            target)
+        elif kinds <= {pa.string()} and (pa.types.is_string(target)
+                                         or pa.types.is_large_string(target)):
+            return pa.array(values, target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass  # the value-by-value path below says which literal is at fault
+    scalars = []
+    for value, value_type in zip(values, types, strict=True):
+        scalar = coerce_value(value, value_type, target)
+        if scalar is None:
+            raise InvalidInputError(f"literal {_literal_text(value)} cannot be converted to "
+                                    f"the column type {shown}")
+        scalars.append(scalar)
+    return pa.array(scalars, target)
+
+
 def plain(node: Node) -> pc.Expression:
     """The node's expression with dictionary encoding removed (string kernels need it)."""
     if pa.types.is_dictionary(node.type):

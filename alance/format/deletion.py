@@ -36,6 +36,7 @@ __all__ = [
     "DELETIONS_DIR",
     "DeletionFileKind",
     "decode_deletion_file",
+    "deletion_file_kind",
     "deletion_file_path",
     "encode_deletion_file",
 ]
@@ -74,8 +75,25 @@ def deletion_file_path(fragment_id: int, read_version: int, id: int, kind: Delet
             raise InvalidInputError(f"{name} must be an integer, got {type(value).__name__}")
         if not 0 <= int(value) < 2**64:
             raise InvalidInputError(f"{name} must fit in an unsigned 64-bit integer, got {value}")
-    kind = DeletionFileKind(kind)
+    try:
+        kind = DeletionFileKind(kind)
+    except ValueError as exc:
+        raise InvalidInputError(f"unknown deletion file type {kind!r} (0 = arrow array, "
+                                "1 = bitmap)") from exc
     return f"{DELETIONS_DIR}/{int(fragment_id)}-{int(read_version)}-{int(id)}.{kind.suffix}"
+
+
+def deletion_file_kind(file_type: int, where: str) -> DeletionFileKind:
+    """The kind of a deletion file from a manifest's ``DeletionFile.file_type``.
+
+    Raises :class:`CorruptFileError` naming ``where`` (e.g. the fragment) for a type Lance
+    does not define.
+    """
+    try:
+        return DeletionFileKind(file_type)
+    except ValueError as exc:
+        raise CorruptFileError(f"{where}: unknown deletion file type {file_type!r} (0 = arrow "
+                               "array, 1 = bitmap)") from exc
 
 
 def _normalize_offsets(offsets: np.ndarray | Iterable[int]) -> np.ndarray:
@@ -145,25 +163,33 @@ def encode_deletion_file(
     return kind, sink.getvalue().to_pybytes()
 
 
-def decode_deletion_file(kind: DeletionFileKind | int, data: bytes | memoryview) -> np.ndarray:
+def decode_deletion_file(kind: DeletionFileKind | int, data: bytes | memoryview,
+                         path: str | None = None) -> np.ndarray:
     """Decode deletion file bytes into sorted, unique ``uint32`` row offsets.
 
     Raises :class:`CorruptFileError` if the bytes are not a valid deletion file of the
-    given kind (bad IPC/bitmap bytes, wrong schema, more than one batch, nulls).
+    given kind (bad IPC/bitmap bytes, wrong schema, more than one batch, nulls); its message
+    starts with ``path`` when given.
     """
+    where = path or "deletion file"
     try:
         kind = DeletionFileKind(kind)
     except ValueError as exc:
-        raise CorruptFileError(f"unknown deletion file type {kind!r}") from exc
-    if kind is DeletionFileKind.BITMAP:
-        return _decode_bitmap(data)
-    return _decode_arrow(data)
+        raise CorruptFileError(f"{where}: unknown deletion file type {kind!r}") from exc
+    try:
+        if kind is DeletionFileKind.BITMAP:
+            return _decode_bitmap(data)
+        return _decode_arrow(data)
+    except CorruptFileError as exc:
+        if path is None:
+            raise
+        raise CorruptFileError(f"{path}: {exc}") from exc.__cause__
 
 
 def _decode_bitmap(data: bytes | memoryview) -> np.ndarray:
     try:
         bitmap = pyroaring.BitMap.deserialize(bytes(data))
-    except (ValueError, IndexError, OverflowError) as exc:
+    except (ValueError, IndexError, OverflowError, MemoryError, SystemError) as exc:
         raise CorruptFileError(f"deletion bitmap does not decode: {exc}") from exc
     # Roaring bitmaps iterate in ascending order, so the array is already sorted.
     return np.frombuffer(bitmap.to_array(), dtype=np.uint32).copy()
@@ -177,7 +203,10 @@ def _decode_arrow(data: bytes | memoryview) -> np.ndarray:
         batch = reader.get_batch(0) if num_batches == 1 else None
         if batch is not None:
             batch.validate(full=True)
+        # Names are decoded from UTF-8 on access: a damaged name raises UnicodeDecodeError.
+        names = schema.names
     except (pa.ArrowException, ValueError, OSError, IndexError) as exc:
+        # (UnicodeDecodeError is a ValueError)
         raise CorruptFileError(f"deletion file is not a valid Arrow IPC file: {exc}") from exc
     if num_batches != 1 or batch is None:
         raise CorruptFileError(
@@ -185,7 +214,7 @@ def _decode_arrow(data: bytes | memoryview) -> np.ndarray:
         )
     if (
         len(schema) != 1
-        or schema.field(0).name != _COLUMN_NAME
+        or names[0] != _COLUMN_NAME
         or schema.field(0).type != pa.uint32()
     ):
         raise CorruptFileError(

@@ -18,14 +18,16 @@ import asyncio
 import atexit
 import contextlib
 import datetime as dt
+import errno
 import os
+import re
 import stat
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import obstore
 from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
@@ -44,6 +46,7 @@ from alance.errors import (
     AlanceError,
     AlreadyExistsError,
     CorruptFileError,
+    InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
     StoreError,
@@ -90,14 +93,65 @@ def obstore_usable() -> bool:
     return _obstore_pid is None or _obstore_pid == os.getpid()
 
 
+#: Exceptions obstore calls raise besides its own: OS errors, ``ValueError`` for a key it
+#: cannot parse (control characters, empty segments), and ``RustPanic`` (an ``Exception``
+#: from pyo3) when the Rust side panics, e.g. on a bucket name no URI can hold.
+FOREIGN_ERRORS: tuple[type[BaseException], ...] = (_ObsBaseError, OSError, ValueError)
+
+#: OS error codes that trying again cannot fix. ``ENAMETOOLONG``/``EILSEQ`` (and a path
+#: obstore cannot parse) are the caller's input; the others are store failures.
+_BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.EILSEQ})
+_PERMANENT_ERRNOS = _BAD_PATH_ERRNOS | frozenset(
+    getattr(errno, name) for name in ("EINVAL", "ELOOP", "EISDIR", "ENOTDIR", "EROFS",
+                                      "ENOSPC", "EDQUOT", "EFBIG", "EXDEV", "ENOTEMPTY",
+                                      "EBADF", "ENXIO", "ENODEV", "EOVERFLOW", "EMLINK")
+    if hasattr(errno, name))
+_OS_CODE = re.compile(r"os error (\d+)|Os \{\s*code: (\d+)")
+#: Paths longer than this are shortened in messages (the start and end are kept).
+_MESSAGE_PATH_CHARS = 240
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The OS error code of an OS error, or the one obstore reports in its message."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    m = _OS_CODE.search(str(exc))
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def is_rust_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust panic that crossed into Python (pyo3's ``RustPanic`` or
+    ``PanicException``): a bug or unsupported input on the Rust side, never transient."""
+    return type(exc).__name__ in ("RustPanic", "PanicException")
+
+
+def raise_mapped(exc: Exception, what: str) -> NoReturn:
+    """Raise the alance error for an exception an obstore or OS call raised (see
+    :func:`map_error`); exceptions of other kinds (bugs) are raised unchanged."""
+    if not isinstance(exc, AlanceError) and (isinstance(exc, FOREIGN_ERRORS)
+                                             or is_rust_panic(exc)):
+        raise map_error(exc, what) from exc
+    raise exc
+
+
+def _short(what: str) -> str:
+    if len(what) <= _MESSAGE_PATH_CHARS:
+        return what
+    half = _MESSAGE_PATH_CHARS // 2
+    return f"{what[:half]}...({len(what)} characters)...{what[-half:]}"
+
+
 def map_error(exc: BaseException, what: str) -> AlanceError:
     """The alance error for an obstore or OS exception.
 
-    Not found, already exists / precondition failed, and permission errors are final; other
-    obstore failures (5xx, throttling, timeouts, connection errors) are transient.
+    Not found, already exists / precondition failed, permission errors, paths the store
+    cannot use (too long, control characters: :class:`InvalidInputError`), OS errors no retry
+    can fix and Rust panics are final; other obstore failures (5xx, throttling, timeouts,
+    connection errors) are transient.
     """
     if isinstance(exc, AlanceError):
         return exc
+    what = _short(what)
     if isinstance(exc, (_ObsNotFound, FileNotFoundError, NotADirectoryError)):
         return NotFoundError(f"not found: {what}")
     if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
@@ -113,12 +167,23 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
         return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
     if isinstance(exc, _ObsGeneric) and _status_in(exc, _PERMANENT_STATUS):
         return StoreError(f"object store error on {what}: {_first_line(exc)}")
+    if isinstance(exc, ValueError):  # obstore could not parse the key
+        return InvalidInputError(f"the object store cannot use the path {what!r}: "
+                                 f"{_first_line(exc)}")
+    if is_rust_panic(exc):
+        return StoreError(f"the object store client failed (a Rust panic) on {what}: "
+                          f"{_first_line(exc)}")
+    code = _os_errno(exc)
+    if code is not None and code in _BAD_PATH_ERRNOS:
+        return InvalidInputError(f"the path cannot be used ({os.strerror(code)}): {what}")
+    if code is not None and code in _PERMANENT_ERRNOS:
+        return StoreError(f"object store error on {what}: {os.strerror(code)}")
     return TransientStoreError(f"object store error on {what}: {_first_line(exc)}")
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else exc.__class__.__name__
+    return _short(text.splitlines()[0]) if text else exc.__class__.__name__
 
 
 #: HTTP statuses that trying again cannot fix (throttling, 429, and 5xx are transient).
@@ -199,8 +264,8 @@ class _ObstoreUpload:
     async def _result(self, task: asyncio.Task[Any]) -> None:
         try:
             await task
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, self._key) from exc
+        except Exception as exc:
+            raise_mapped(exc, self._key)
 
     async def write(self, data: Buffer) -> None:
         await self._send(data)
@@ -246,8 +311,8 @@ class ObstoreBackend:
         try:
             result = await obstore.get_async(self.store, key)
             return bytes(await result.bytes_async())
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, key) from exc
+        except Exception as exc:
+            raise_mapped(exc, key)
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
@@ -267,12 +332,12 @@ class ObstoreBackend:
                 self.store, key, starts=[s for s, _ in ranges], ends=[e for _, e in ranges],
                 coalesce=coalesce)
         except Exception as exc:
-            if type(exc).__name__ == "RustPanic":  # obstore panics on some ranges past the end
+            if is_rust_panic(exc):  # obstore panics on some ranges past the end
                 raise CorruptFileError(f"{key}: a requested range lies past the end of the "
                                        "object") from exc
-            if not isinstance(exc, (_ObsBaseError, OSError)):
+            if not isinstance(exc, FOREIGN_ERRORS):
                 raise
-            if "range" in str(exc).lower() and not isinstance(exc, _ObsNotFound):
+            if "range" in str(exc).lower() and not isinstance(exc, (_ObsNotFound, ValueError)):
                 # The object is shorter than the caller expects it to be.
                 raise CorruptFileError(f"{key}: requested bytes past the end of the object "
                                        f"({exc.__class__.__name__})") from exc
@@ -283,8 +348,8 @@ class ObstoreBackend:
         _mark_obstore_used()
         try:
             return dict(await obstore.head_async(self.store, key))
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, key) from exc
+        except Exception as exc:
+            raise_mapped(exc, key)
 
     async def list(self, prefix: str) -> list[Meta]:
         _mark_obstore_used()
@@ -294,8 +359,8 @@ class ObstoreBackend:
                 out.extend(dict(m) for m in chunk)
         except (_ObsNotFound, FileNotFoundError):
             return []
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, prefix) from exc
+        except Exception as exc:
+            raise_mapped(exc, prefix)
         return out
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
@@ -303,15 +368,15 @@ class ObstoreBackend:
         try:
             await obstore.put_async(self.store, key, data,
                                     mode="create" if create else None)  # type: ignore[arg-type]
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, key) from exc
+        except Exception as exc:
+            raise_mapped(exc, key)
 
     async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
         _mark_obstore_used()
         try:
             await obstore.copy_async(self.store, src, dst, overwrite=overwrite)
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, f"{src} -> {dst}") from exc
+        except Exception as exc:
+            raise_mapped(exc, f"{src} -> {dst}")
 
     async def delete(self, key: str) -> None:
         _mark_obstore_used()
@@ -319,8 +384,8 @@ class ObstoreBackend:
             await obstore.delete_async(self.store, key)
         except (_ObsNotFound, FileNotFoundError):
             return
-        except (_ObsBaseError, OSError) as exc:
-            raise map_error(exc, key) from exc
+        except Exception as exc:
+            raise_mapped(exc, key)
 
     def upload(self, key: str) -> Upload:
         _mark_obstore_used()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,27 @@ _dict_objects: dict[str, tuple[bytes, dt.datetime]] = {}
 
 #: Local stores read ranges up to this long with one call (no pieces to join).
 LOCAL_SPLIT_BYTES = 1 << 40
+
+#: Bucket / container names alance accepts: what S3 (including legacy names), GCS and Azure
+#: allow, and nothing a URL or a request signature cannot carry (a space makes obstore's
+#: request signer panic).
+_BUCKET = {"s3": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}"),
+           "gs": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}"),
+           "az": re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,254}")}
+#: Object keys are at most 1024 bytes on S3, GCS and Azure; a dataset root leaves room for
+#: the longest names alance writes under it.
+MAX_CLOUD_ROOT_BYTES = 1024 - 128
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_root(text: str, root: str) -> None:
+    """Refuse a dataset root no object store key can hold (control characters, which
+    obstore rejects, and empty, ``.`` or ``..`` path segments)."""
+    if _CONTROL.search(root):
+        raise InvalidInputError(f"{text!r}: dataset paths cannot contain control characters")
+    if any(part in ("", ".", "..") for part in root.split("/")):
+        raise InvalidInputError(f"{text!r}: empty, '.' and '..' path segments are not "
+                                "allowed in a dataset URI")
 
 def _shared_memory_store() -> MemoryStore:
     """One in-process memory store, so ``memory://x`` names the same dataset everywhere."""
@@ -111,12 +133,17 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         root = (parsed.netloc + parsed.path).strip("/")
         if not root:
             raise InvalidInputError(f"memory URI needs a name: {text!r}")
+        _check_root(text, root)
         return DatasetStore(ObstoreBackend(_shared_memory_store()), root, uri=text,
                             max_concurrency=max_concurrency, after_fork=_memory_after_fork,
                             limiter_key="memory://", **policy)
     if scheme in ("", "file"):
         path = parsed.path if scheme == "file" else text
+        if "\x00" in path:
+            raise InvalidInputError(f"{text!r}: a local path cannot contain NUL characters")
         root = os.path.abspath(os.path.expanduser(path))
+        if root.strip("/"):
+            _check_root(text, root.strip("/"))
         # A local range is read by one pread however long: splitting it would only add a
         # join of the pieces.
         policy.setdefault("split_bytes", LOCAL_SPLIT_BYTES)
@@ -133,11 +160,19 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         raise UnsupportedFeatureError(f"unsupported URI scheme {scheme!r} in {text!r}")
     if not parsed.netloc:
         raise InvalidInputError(f"{text!r} names no bucket")
+    if not _BUCKET[cloud].fullmatch(parsed.netloc):
+        raise InvalidInputError(f"{text!r}: {parsed.netloc!r} is not a valid bucket name "
+                                "(letters, digits, '.', '-' and '_')")
     if parsed.query:
         raise InvalidInputError(f"unexpected query string in {text!r}")
     root = parsed.path.strip("/")
     if not root:
         raise InvalidInputError(f"{text!r}: a dataset needs a path inside the bucket")
+    _check_root(text, root)
+    if len(root.encode()) > MAX_CLOUD_ROOT_BYTES:
+        raise InvalidInputError(f"{text[:200]!r}...: the dataset path is "
+                                f"{len(root.encode())} bytes long; object keys are limited "
+                                f"to 1024 bytes, so it can be at most {MAX_CLOUD_ROOT_BYTES}")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
     policy.setdefault("ranges_per_request", 1)

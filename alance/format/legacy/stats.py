@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import file_pb2
+from alance.errors import CorruptFileError
 from alance.format.legacy.encode import ByteSink, DictionaryState, encode_column, is_var_binary
 from alance.format.legacy.layout import PageTable
 from alance.format.schema import (
@@ -183,6 +184,39 @@ def compute_stats(lf: LanceField, arr: pa.Array) -> StatsRow:
 
 def _stat_type(lf: LanceField) -> pa.DataType:
     return pa.large_binary() if lf.logical_type == "json" else lf.data_type
+
+
+def check_stats_column(lf: LanceField, column: pa.Array, group_rows: np.ndarray,
+                       where: str) -> None:
+    """Check statistics read back from a file before they are trusted to skip pages.
+
+    ``column`` must be the struct described in the module docstring with one entry per row
+    group (``group_rows``: rows of each group), bounds of the type the field's statistics
+    have, and null counts between 0 and the group's rows. Anything else raises
+    :class:`CorruptFileError` naming ``where`` (the file) and the field.
+    """
+    what = f"{where}: page statistics of field {lf.name!r} (id {lf.id})"
+    if not pa.types.is_struct(column.type):
+        raise CorruptFileError(f"{what} are a {column.type}, not a struct")
+    names = [column.type.field(i).name for i in range(column.type.num_fields)]
+    for needed in ("null_count", "min_value", "max_value"):
+        if needed not in names:
+            raise CorruptFileError(f"{what} have no {needed!r} field (fields: {names})")
+    if len(column) != len(group_rows):
+        raise CorruptFileError(f"{what} have {len(column)} entries for {len(group_rows)} "
+                               "row groups")
+    expected = _stat_type(lf)
+    for bound in ("min_value", "max_value"):
+        found = column.field(bound).type
+        if found != expected:
+            raise CorruptFileError(f"{what}: {bound} is {found}, expected {expected}")
+    counts = column.field("null_count")
+    if not pa.types.is_integer(counts.type) or counts.null_count:
+        raise CorruptFileError(f"{what}: null_count is not a non-null integer column")
+    values = counts.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if np.any(values < 0) or np.any(values > group_rows):
+        raise CorruptFileError(f"{what}: a null_count is negative or exceeds its row group's "
+                               "rows")
 
 
 def _build_column(lf: LanceField, values: list[bytes | bool | None]) -> pa.Array:
@@ -431,6 +465,7 @@ __all__ = [
     "GroupStats",
     "StatisticsCollector",
     "StatsRow",
+    "check_stats_column",
     "compute_stats",
     "group_stats",
     "stats_fields",

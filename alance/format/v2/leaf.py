@@ -232,7 +232,10 @@ def _build(field: LanceField, leaves: dict[int, LeafData], depth: int) -> pa.Arr
     data = leaves[field.id]
     if depth != len(data.layers) - 1:
         raise CorruptFileError(f"column of {field.name!r} has a different nesting depth")
-    return to_arrow(data.values, dtype, data.layers[0].valid)
+    try:
+        return to_arrow(data.values, dtype, data.layers[0].valid)
+    except CorruptFileError as exc:
+        raise CorruptFileError(f"column {field.name!r}: {exc}") from exc
 
 
 __all__ = ["LeafData", "build_array", "concat_leaves", "constant_block", "empty_block",

@@ -319,7 +319,10 @@ def read_field20(file: V2File, field: LanceField, columns: Mapping[int, int],
         mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
         return pa.Array.from_buffers(storage, len(lens), [mask, pa.py_buffer(offsets)],
                                      children=[items])
-    return (yield from _leaf(file, col, dtype, rows))
+    try:
+        return (yield from _leaf(file, col, dtype, rows))
+    except CorruptFileError as exc:
+        raise CorruptFileError(f"column {field.name!r}: {exc}") from exc
 
 
 __all__ = ["Rows20", "decode_values", "read_field20"]

@@ -1,0 +1,126 @@
+"""Consistency checks of a decoded manifest: every number must agree with what it describes.
+
+A manifest that decodes can still be corrupt: a deletion count larger than the fragment, a row
+count no row address can reach, two fragments with one id, a data file whose field list and
+column list differ in length. Read as they are, such numbers give silently wrong results (a
+table that counts 0 rows, rows that vanish), so :func:`validate_manifest` refuses them with a
+:class:`~alance.errors.CorruptFileError` naming the manifest, the fragment and the field.
+
+What a data file really holds (its row count) is only known once it is opened; the dataset
+layer checks that against ``physical_rows`` (:mod:`alance.dataset.read`).
+
+Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from alance._proto import table_pb2
+from alance.errors import CorruptFileError
+
+#: Rows one fragment can hold: a row address is ``fragment_id << 32 | offset`` with a 32-bit
+#: offset (deletion files store offsets as u32 too).
+MAX_FRAGMENT_ROWS = 1 << 32
+#: Largest fragment id a row address can carry (its upper 32 bits).
+MAX_FRAGMENT_ID = (1 << 32) - 1
+#: Field id of a superseded column in ``DataFile.fields``.
+TOMBSTONE_FIELD_ID = -2
+#: ``DeletionFile.file_type`` values: ARROW_ARRAY (0) and BITMAP (1).
+DELETION_FILE_TYPES = (0, 1)
+
+
+def _is_v2_file(data_file: table_pb2.DataFile) -> bool:
+    """2.x data files (and 0.3, the old name of 2.0) list a column index per field."""
+    version = (data_file.file_major_version, data_file.file_minor_version)
+    return version >= (2, 0) or version == (0, 3)
+
+
+def validate_fragment(fragment: table_pb2.DataFragment, where: str) -> None:
+    """Check one fragment's numbers against each other; ``where`` names the manifest.
+
+    Raises :class:`CorruptFileError` (message: ``"{where}: fragment {id}: {field} ..."``).
+    """
+    fid = int(fragment.id)
+
+    def bad(field: str, problem: str) -> CorruptFileError:
+        return _corrupt(where, fid, field, problem)
+
+    if fid > MAX_FRAGMENT_ID:
+        raise bad("id", f"is {fid}, above the largest fragment id a row address can hold "
+                        f"({MAX_FRAGMENT_ID})")
+    rows = int(fragment.physical_rows)
+    if rows > MAX_FRAGMENT_ROWS:
+        raise bad("physical_rows", f"is {rows}, more than a fragment can hold "
+                                   f"({MAX_FRAGMENT_ROWS}: row offsets are 32-bit)")
+    if rows == 0 and len(fragment.files):
+        raise bad("physical_rows", "is 0 although the fragment has data files (Lance records "
+                                   "every fragment's row count; a fragment of unknown length "
+                                   "cannot be read)")
+    if fragment.HasField("deletion_file"):
+        df = fragment.deletion_file
+        if int(df.file_type) not in DELETION_FILE_TYPES:
+            raise bad("deletion_file.file_type", f"is {int(df.file_type)}, not a known deletion "
+                                                 "file type (0 = arrow array, 1 = bitmap)")
+        deleted = int(df.num_deleted_rows)
+        if deleted > rows:
+            raise bad("deletion_file.num_deleted_rows", f"is {deleted}, more than the "
+                                                        f"fragment's {rows} physical rows")
+    for data_file in fragment.files:
+        _validate_data_file(data_file, where, fid)
+
+
+def _corrupt(where: str, fid: int, field: str, problem: str) -> CorruptFileError:
+    return CorruptFileError(f"{where}: fragment {fid}: {field} {problem}")
+
+
+def _validate_data_file(data_file: table_pb2.DataFile, where: str, fid: int) -> None:
+    name = f"data file {data_file.path!r}"
+
+    def bad(field: str, problem: str) -> CorruptFileError:
+        return _corrupt(where, fid, field, problem)
+
+    if not data_file.path:
+        raise bad("data file path", "is empty")
+    fields = list(data_file.fields)
+    live = [f for f in fields if f != TOMBSTONE_FIELD_ID]
+    if any(f < 0 for f in live):
+        raise bad(name, f"lists field id {min(live)} (field ids are >= 0, or -2 for a "
+                        "dropped column)")
+    if len(set(live)) != len(live):
+        raise bad(name, "lists a field id more than once")
+    if not _is_v2_file(data_file):
+        return
+    columns = list(data_file.column_indices)
+    if len(columns) != len(fields):
+        raise bad(name, f"has {len(fields)} field ids but {len(columns)} column indices")
+    used = [c for c in columns if c != -1]
+    if any(c < 0 for c in used):
+        raise bad(name, f"lists column index {min(used)} (column indices are >= 0, or -1 "
+                        "for a field without a column)")
+    if len(set(used)) != len(used):
+        raise bad(name, "lists a column index more than once")
+
+
+def validate_manifest(manifest: table_pb2.Manifest, where: str) -> None:
+    """Check every fragment of a manifest; ``where`` (the manifest's path) leads each message.
+
+    Checks: fragment ids are unique and fit a row address; ``physical_rows`` fits a fragment
+    (and is set when the fragment has data files); a deletion file has a known type and
+    deletes no more rows than the fragment has; data files list valid, unique field ids and
+    (2.x files) one valid, unique column index per field id.
+    """
+    seen: set[int] = set()
+    for fragment in manifest.fragments:
+        fid = int(fragment.id)
+        if fid in seen:
+            raise CorruptFileError(f"{where}: fragment {fid}: id is used by two fragments")
+        seen.add(fid)
+        validate_fragment(fragment, where)
+
+
+__all__ = [
+    "DELETION_FILE_TYPES",
+    "MAX_FRAGMENT_ID",
+    "MAX_FRAGMENT_ROWS",
+    "validate_fragment",
+    "validate_manifest",
+]
