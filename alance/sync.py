@@ -185,29 +185,31 @@ class LanceDataset:
                 filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, batch_size: int | None = None,
                 with_row_id: bool = False, with_row_address: bool = False,
-                fragments: Sequence[Any] | None = None) -> Scanner:
+                fragments: Sequence[Any] | None = None, **options: Any) -> Scanner:
         """A configured scan (see :meth:`alance.LanceDataset.scanner`)."""
         return Scanner(self._async.scanner(columns, filter, limit, offset, batch_size,
-                                           with_row_id, with_row_address, fragments))
+                                           with_row_id, with_row_address, fragments,
+                                           **options))
 
     def scan(self, columns: Sequence[str] | Mapping[str, str] | None = None,
              filter: str | pc.Expression | None = None, limit: int | None = None,
              offset: int | None = None, batch_size: int | None = None,
-             with_row_id: bool = False, with_row_address: bool = False,
+             with_row_id: bool = False, with_row_address: bool = False, **options: Any,
              ) -> Iterator[pa.RecordBatch]:
         """Iterate over the rows as record batches."""
         return self.scanner(columns, filter, limit, offset, batch_size, with_row_id,
-                            with_row_address).to_batches()
+                            with_row_address, **options).to_batches()
 
     to_batches = scan
 
     def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, batch_size: int | None = None,
-                 with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
+                 with_row_id: bool = False, with_row_address: bool = False,
+                 **options: Any) -> pa.Table:
         """Read the rows into one table."""
         return _loop.run(self._async.to_table(columns, filter, limit, offset, batch_size,
-                                              with_row_id, with_row_address))
+                                              with_row_id, with_row_address, **options))
 
     def head(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
              ) -> pa.Table:

@@ -41,6 +41,7 @@ from alance.dataset.read import ReadContext
 from alance.dataset.restore import restore_version
 from alance.dataset.row_ids import take_rows_by_id, uses_stable_row_ids
 from alance.dataset.scan import Scanner
+from alance.dataset.scan_options import scan_options
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
 from alance.dataset.stats import DatasetOptimizer, LanceStats
 from alance.dataset.tags import Tags, resolve_version
@@ -189,30 +190,36 @@ class LanceDataset:
                 offset: int | None = None,
                 batch_size: int | None = None, with_row_id: bool = False,
                 with_row_address: bool = False, fragments: Sequence[Any] | None = None,
-                ) -> Scanner:
-        """A scan of this version with projection, filter, limit/offset and system columns."""
+                **options: Any) -> Scanner:
+        """A scan of this version with projection, filter, limit/offset and system columns.
+
+        ``options``: pylance's other scanner arguments by keyword (``batch_readahead``,
+        ``use_stats``, ``strict_batch_size``, tuning hints; see
+        :mod:`alance.dataset.scan_options`)."""
         return Scanner(self._ctx, columns=columns, filter=filter, limit=limit, offset=offset,
                        batch_size=batch_size, with_row_id=with_row_id,
-                       with_row_address=with_row_address, fragments=fragments)
+                       with_row_address=with_row_address, fragments=fragments,
+                       **scan_options(options))
 
     def scan(self, columns: Sequence[str] | Mapping[str, str] | None = None,
              filter: str | pc.Expression | None = None,
              limit: int | None = None, offset: int | None = None, batch_size: int | None = None,
-             with_row_id: bool = False, with_row_address: bool = False,
+             with_row_id: bool = False, with_row_address: bool = False, **options: Any,
              ) -> AsyncIterator[pa.RecordBatch]:
         """Stream the rows as record batches (``async for batch in ds.scan(...)``)."""
         return self.scanner(columns, filter, limit, offset, batch_size, with_row_id,
-                            with_row_address).to_batches()
+                            with_row_address, **options).to_batches()
 
     to_batches = scan
 
     async def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                        filter: str | pc.Expression | None = None, limit: int | None = None,
                        offset: int | None = None, batch_size: int | None = None,
-                       with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
-        """Read the rows into one table."""
+                       with_row_id: bool = False, with_row_address: bool = False,
+                       **options: Any) -> pa.Table:
+        """Read the rows into one table (``options`` as for :meth:`scanner`)."""
         return await self.scanner(columns, filter, limit, offset, batch_size, with_row_id,
-                                  with_row_address).to_table()
+                                  with_row_address, **options).to_table()
 
     async def head(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
                    ) -> pa.Table:

@@ -139,7 +139,8 @@ class Scanner:
                  with_row_id: bool = False, with_row_address: bool = False,
                  fragments: Sequence[Any] | None = None,
                  read_ahead: int = DEFAULT_READ_AHEAD,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, prune: bool = True) -> None:
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, prune: bool = True,
+                 strict_batch_size: bool = False) -> None:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
@@ -173,6 +174,7 @@ class Scanner:
         # Rows read per chunk: enough to amortise per-request costs, never fewer than a batch.
         self.chunk_rows = max(self.batch_size, chunk_rows)
         self.read_ahead = max(1, read_ahead)
+        self.strict_batch_size = strict_batch_size
         arrow_schema = schema.to_arrow()
         self._filter_arg = filter
         self.filter: pc.Expression | None = None
@@ -425,7 +427,32 @@ class Scanner:
 
     # -- results -----------------------------------------------------------------------------
     async def to_batches(self) -> AsyncIterator[pa.RecordBatch]:
-        """Stream the result as record batches of at most ``batch_size`` rows."""
+        """Stream the result as record batches of at most ``batch_size`` rows (exactly
+        ``batch_size`` but for the last with ``strict_batch_size``)."""
+        stream = self._batches()
+        try:
+            if not self.strict_batch_size:
+                async for batch in stream:
+                    yield batch
+                return
+            held: list[pa.RecordBatch] = []
+            rows = 0
+            async for batch in stream:
+                held.append(batch)
+                rows += batch.num_rows
+                while rows >= self.batch_size:
+                    joined = pa.Table.from_batches(held, schema=self.output_schema)
+                    yield joined.slice(0, self.batch_size).combine_chunks().to_batches()[0]
+                    rest = joined.slice(self.batch_size)
+                    held = rest.combine_chunks().to_batches() if rest.num_rows else []
+                    rows = rest.num_rows
+            if rows:
+                yield pa.Table.from_batches(held, schema=self.output_schema) \
+                    .combine_chunks().to_batches()[0]
+        finally:
+            await stream.aclose()
+
+    async def _batches(self) -> AsyncGenerator[pa.RecordBatch, None]:
         fragments, skipped = self._plan_fragments()
         skip = self.offset - skipped
         remaining = self.limit
