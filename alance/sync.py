@@ -34,7 +34,7 @@ from alance.dataset import stats as _stats
 from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
 from alance.dataset.cleanup import CleanupStats
 from alance.dataset.compaction import CompactionResult
-from alance.dataset.config import MetadataUpdate, warn_deprecated
+from alance.dataset.config import AutoCleanupConfig, MetadataUpdate, warn_deprecated
 from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
 from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
 from alance.dataset.read import live_rows
@@ -419,6 +419,17 @@ class DatasetOptimizer:
         """:meth:`LanceDataset.compact_files` (moves the dataset to the compacted version)."""
         return self._dataset.compact_files(**options)
 
+    def enable_auto_cleanup(self, auto_cleanup_config: Mapping[str, int]) -> None:
+        """Turn on automatic cleanup (moves the dataset to the new version)."""
+        ds = self._dataset
+        ds._moved_to(_loop.run(_stats.DatasetOptimizer(ds._async).enable_auto_cleanup(
+            auto_cleanup_config)))
+
+    def disable_auto_cleanup(self) -> None:
+        """Turn automatic cleanup off (moves the dataset to the new version)."""
+        ds = self._dataset
+        ds._moved_to(_loop.run(_stats.DatasetOptimizer(ds._async).disable_auto_cleanup()))
+
 
 class Tags:
     """Blocking twin of :class:`alance.dataset.tags.Tags`."""
@@ -720,7 +731,7 @@ def plan_distributed_compaction(uri: str | os.PathLike[str], options: Any = None
         _distributed_compaction.plan_distributed_compaction(uri, options, **kwargs)))
 
 
-__all__ = ["ChangeFeed", "DistributedCompaction", "DistributedDelete", "DistributedUpdate",
-           "DistributedWrite",
+__all__ = ["AutoCleanupConfig", "ChangeFeed", "DistributedCompaction", "DistributedDelete",
+           "DistributedUpdate", "DistributedWrite",
            "LanceDataset", "MergeInsertBuilder", "Scanner", "Tags", "open_dataset", "plan_delete",
            "plan_distributed_compaction", "plan_update", "plan_write", "write_dataset"]

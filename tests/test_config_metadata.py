@@ -451,3 +451,33 @@ def test_auto_cleanup_interop(tmp_path: Path) -> None:
     for _ in range(2):
         lance.write_dataset(simple(), ours, mode="append")
     assert _versions(ours) == [3, 4]
+
+
+def test_auto_cleanup_options_and_optimizer_switches(tmp_path: Path) -> None:
+    """write_dataset(auto_cleanup_options=...) on create and ds.optimize.enable/disable:
+    as in pylance, the config keys make later commits clean up old versions."""
+    from alance import sync as al
+
+    table = pa.table({"a": range(10)})
+    uri = str(tmp_path / "ds")
+    opts = al.AutoCleanupConfig(interval=1, older_than_seconds=1)
+    al.write_dataset(table, uri, auto_cleanup_options=opts)
+    cfg = lance.dataset(uri).config()
+    assert cfg["lance.auto_cleanup.interval"] == "1"
+    for _ in range(2):
+        al.write_dataset(table, uri, mode="append")
+    time.sleep(1.2)
+    al.write_dataset(table, uri, mode="append")
+    # the cleanup after the last commit ran from the version before it, as pylance's does
+    assert len(lance.dataset(uri).versions()) == 2
+
+    other = str(tmp_path / "other")
+    ds = al.write_dataset(table, other)
+    al.write_dataset(table, other, mode="append", auto_cleanup_options=opts)  # not a create
+    assert "lance.auto_cleanup.interval" not in lance.dataset(other).config()
+    ds = al.open_dataset(other)
+    ds.optimize.enable_auto_cleanup(opts)
+    assert ds.version == 3
+    assert lance.dataset(other).config()["lance.auto_cleanup.older_than"] == "1s"
+    ds.optimize.disable_auto_cleanup()
+    assert ds.version == 4 and "lance.auto_cleanup.interval" not in ds.config()

@@ -23,6 +23,7 @@ from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.compaction import CompactionOptions, CompactionResult, compact_files
 from alance.dataset.config import (
     MetadataUpdate,
+    auto_cleanup_config,
     check_changes,
     check_keys,
     commit_metadata_update,
@@ -543,8 +544,13 @@ async def write_dataset(
     commit_handler: HandlerSpec = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
     enable_stable_row_ids: bool = False,
+    auto_cleanup_options: Mapping[str, int] | None = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
+
+    ``auto_cleanup_options`` (pylance's ``{"interval": n, "older_than_seconds": s}``): when
+    this write creates the dataset, every ``n``-th commit afterwards removes versions older
+    than ``s`` seconds (stored in the dataset's config, so pylance's commits do it too).
 
     ``data``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pyarrow or Lance
     dataset, dict of columns, list of rows, pandas or polars DataFrame, or a sync or async
@@ -631,7 +637,9 @@ async def write_dataset(
         txn = new_append(read_version, fragments)
     else:
         lance_schema, prelude = dictionary_prelude(lance_schema, dictionaries)
-        txn = new_overwrite(read_version, fragments, lance_schema)
+        cleanup = (auto_cleanup_config(**_cleanup_args(auto_cleanup_options))
+                   if auto_cleanup_options is not None and base is None else None)
+        txn = new_overwrite(read_version, fragments, lance_schema, cleanup)
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
     async with removed_on_failure(store, fragments):
         snap = await commit_transaction(store, handler, base, txn,
@@ -641,3 +649,13 @@ async def write_dataset(
                                         must_create=base is None and mode == "create",
                                         stable_row_ids=enable_stable_row_ids)
     return LanceDataset(store, handler, snap)
+
+
+def _cleanup_args(options: Mapping[str, int]) -> dict[str, int]:
+    """``interval`` and ``older_than_seconds`` of pylance's ``AutoCleanupConfig``."""
+    try:
+        return {"interval": options["interval"],
+                "older_than_seconds": options["older_than_seconds"]}
+    except (KeyError, TypeError) as exc:
+        raise InvalidInputError("auto_cleanup_options needs 'interval' and "
+                                f"'older_than_seconds': {options!r}") from exc

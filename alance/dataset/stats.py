@@ -8,10 +8,13 @@ files' metadata (opened once per version, like any read).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from alance.dataset.config import AUTO_CLEANUP_INTERVAL, AUTO_CLEANUP_OLDER_THAN
 from alance.dataset.read import TOMBSTONE_FIELD_ID, ReadContext
+from alance.errors import InvalidInputError
 from alance.format.v2.reader import V2FileReader
 
 if TYPE_CHECKING:
@@ -111,6 +114,25 @@ class DatasetOptimizer:
     async def compact_files(self, **options: Any) -> CompactionResult:
         """:meth:`LanceDataset.compact_files` (same options and result)."""
         return await self._dataset.compact_files(**options)
+
+    async def enable_auto_cleanup(self, auto_cleanup_config: Mapping[str, int],
+                                  ) -> LanceDataset:
+        """Turn on automatic cleanup (pylance's ``{"interval", "older_than_seconds"}``):
+        a config update; returns the new version."""
+        try:
+            interval = auto_cleanup_config["interval"]
+            seconds = auto_cleanup_config["older_than_seconds"]
+        except (KeyError, TypeError) as exc:
+            raise InvalidInputError("auto cleanup needs 'interval' and 'older_than_seconds'"
+                                    f": {auto_cleanup_config!r}") from exc
+        result = await self._dataset.update_config({AUTO_CLEANUP_INTERVAL: str(interval),
+                                                    AUTO_CLEANUP_OLDER_THAN: f"{seconds}s"})
+        return result.dataset  # type: ignore[no-any-return]
+
+    async def disable_auto_cleanup(self) -> LanceDataset:
+        """Turn automatic cleanup off (removes its config keys); returns the new version."""
+        return await self._dataset.delete_config_keys([AUTO_CLEANUP_INTERVAL,
+                                                       AUTO_CLEANUP_OLDER_THAN])
 
 
 __all__ = ["DataStatistics", "DatasetOptimizer", "DatasetStats", "FieldStatistics",
