@@ -285,3 +285,29 @@ async def test_blob_sidecars_go_with_their_data_file(tmp_path: Path) -> None:
     assert len({p for p in files(ours) if p.endswith(".blob")}) == 1
     blobs = lance.dataset(ours).take_blobs("b", indices=[1])
     assert blobs[0].readall() == big
+
+
+async def test_stale_handle_never_recreates_a_cleaned_up_version(tmp_path: Path) -> None:
+    """A handle opened before versions were cleaned up commits after the newest version (or
+    refuses): it never creates the cleaned-up version number again, which would lose the
+    commit or rewind the history."""
+    uri = str(tmp_path / "ds")
+    await alance.write_dataset(table(0, 100), uri)
+    stale = await alance.open_dataset(uri)  # version 1
+    for i in range(3):
+        lance.write_dataset(table(100 * (i + 1), 100), uri, mode="append")
+    fresh = await alance.open_dataset(uri)
+    await fresh.cleanup_old_versions(older_than=dt.timedelta(0))
+    assert [v["version"] for v in await fresh.versions()] == [4]
+    try:
+        result = await stale.delete("id < 10")
+    except alance.CommitConflictError:  # the versions it would rebase over are gone
+        pass
+    else:
+        assert result.dataset.version == 5
+    versions = [v["version"] for v in await (await alance.open_dataset(uri)).versions()]
+    assert 2 not in versions and max(versions) >= 4
+    assert lance.dataset(uri).count_rows() in (400, 390)
+    with pytest.raises(alance.CommitConflictError):  # nothing to check it against: refused
+        await stale.update_config({"k": "v"})
+    assert "k" not in lance.dataset(uri).config()

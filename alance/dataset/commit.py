@@ -236,7 +236,28 @@ class _CommitLoop:
         checked = base.version if base is not None else 0
         state = RebaseState.start(txn, base.fragments if base else [],
                                   self.affected_rows is not None)
+        # Start from the newest version: cleanup may have removed the version after a stale
+        # base, and a conditional create of that number would then succeed behind the
+        # dataset's back (a lost commit, or a rewound history).
+        stale = base is not None and (await self.handler.latest(self.store)).version > \
+            base.version
         for attempt in range(max_retries + 1):
+            if stale:
+                stale = False
+                latest = await load_snapshot(self.store, self.handler)
+                others: list[tuple[int, Transaction]] = []
+                for version, other in await transactions_since(self.store, self.handler,
+                                                               checked, latest):
+                    state.check(other, version)
+                    if other is not None:
+                        others.append((version, other))
+                if self.check is not None and others:
+                    await self.check(others, latest)
+                txn = await finish_rebase(self.store, latest, state, self.affected_rows,
+                                          self.merged)
+                state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)
+                checked = latest.version
+                current = latest
             name = await self._write_txn_file(txn)
             mf = await self._build(current, txn, name)
             scheme = current.location.naming_scheme if current is not None else (
@@ -270,7 +291,7 @@ class _CommitLoop:
                 # when the next attempt is made.
                 await asyncio.sleep(backoff_delay(attempt))
                 latest = await load_snapshot(self.store, self.handler)
-                others: list[tuple[int, Transaction]] = []
+                others = []
                 for version, other in await transactions_since(self.store, self.handler,
                                                                checked, latest):
                     if other is not None and other.uuid == txn.uuid:
