@@ -180,10 +180,12 @@ class LiteralList:
 _LITERALS_META = "alance_literal_list"
 #: Where the text a tree was parsed from is kept on its root (for messages).
 SQL_META = "alance_sql"
-_NUMBER = r"-?\s*(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_ITEM = rf"""(?:{_NUMBER}|'(?:[^']|'')*'|"[^"']*"|(?:NULL|TRUE|FALSE)\b)"""
+# (Unambiguous on purpose: space may follow a minus sign only, so a list that turns out not
+# to be all literals is given up on in linear time, with no backtracking.)
+_NUMBER = r"(?:-\s*)?(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?\d++)?+"
+_ITEM = rf"""(?:{_NUMBER}|'(?:[^']|'')*+'|"[^"']*+"|(?:NULL|TRUE|FALSE)\b)"""
 _IN_OPEN = re.compile(rf"(?P<hidden>{_HIDDEN})|\bIN\s*\(", re.I | re.S)
-_LIST_REST = re.compile(rf"\s*{_ITEM}(?:\s*,\s*{_ITEM})*\s*\)", re.I)
+_LIST_REST = re.compile(rf"\s*+{_ITEM}(?:\s*+,\s*+{_ITEM})*+\s*+\)", re.I)
 _ITEMS = re.compile(rf"""(?P<num>{_NUMBER})|'(?P<sq>(?:[^']|'')*)'|"(?P<dq>[^"']*)"|"""
                     r"(?P<kw>NULL|TRUE|FALSE)\b", re.I)
 _INT_MIN, _INT_MAX, _UINT_MAX = -(2**63), 2**63 - 1, 2**64 - 1

@@ -40,30 +40,28 @@ def validate_fragment(fragment: table_pb2.DataFragment, where: str) -> None:
     Raises :class:`CorruptFileError` (message: ``"{where}: fragment {id}: {field} ..."``).
     """
     fid = int(fragment.id)
-
-    def bad(field: str, problem: str) -> CorruptFileError:
-        return _corrupt(where, fid, field, problem)
-
     if fid > MAX_FRAGMENT_ID:
-        raise bad("id", f"is {fid}, above the largest fragment id a row address can hold "
-                        f"({MAX_FRAGMENT_ID})")
+        raise _corrupt(where, fid, "id", f"is {fid}, above the largest fragment id a row "
+                                         f"address can hold ({MAX_FRAGMENT_ID})")
     rows = int(fragment.physical_rows)
     if rows > MAX_FRAGMENT_ROWS:
-        raise bad("physical_rows", f"is {rows}, more than a fragment can hold "
-                                   f"({MAX_FRAGMENT_ROWS}: row offsets are 32-bit)")
+        raise _corrupt(where, fid, "physical_rows", f"is {rows}, more than a fragment can hold "
+                                                    f"({MAX_FRAGMENT_ROWS}: row offsets are "
+                                                    "32-bit)")
     if rows == 0 and len(fragment.files):
-        raise bad("physical_rows", "is 0 although the fragment has data files (Lance records "
-                                   "every fragment's row count; a fragment of unknown length "
-                                   "cannot be read)")
+        raise _corrupt(where, fid, "physical_rows",
+                       "is 0 although the fragment has data files (Lance records every "
+                       "fragment's row count; a fragment of unknown length cannot be read)")
     if fragment.HasField("deletion_file"):
         df = fragment.deletion_file
         if int(df.file_type) not in DELETION_FILE_TYPES:
-            raise bad("deletion_file.file_type", f"is {int(df.file_type)}, not a known deletion "
-                                                 "file type (0 = arrow array, 1 = bitmap)")
+            raise _corrupt(where, fid, "deletion_file.file_type",
+                           f"is {int(df.file_type)}, not a known deletion file type "
+                           "(0 = arrow array, 1 = bitmap)")
         deleted = int(df.num_deleted_rows)
         if deleted > rows:
-            raise bad("deletion_file.num_deleted_rows", f"is {deleted}, more than the "
-                                                        f"fragment's {rows} physical rows")
+            raise _corrupt(where, fid, "deletion_file.num_deleted_rows",
+                           f"is {deleted}, more than the fragment's {rows} physical rows")
     for data_file in fragment.files:
         _validate_data_file(data_file, where, fid)
 
@@ -73,31 +71,31 @@ def _corrupt(where: str, fid: int, field: str, problem: str) -> CorruptFileError
 
 
 def _validate_data_file(data_file: table_pb2.DataFile, where: str, fid: int) -> None:
-    name = f"data file {data_file.path!r}"
-
-    def bad(field: str, problem: str) -> CorruptFileError:
-        return _corrupt(where, fid, field, problem)
-
     if not data_file.path:
-        raise bad("data file path", "is empty")
-    fields = list(data_file.fields)
-    live = [f for f in fields if f != TOMBSTONE_FIELD_ID]
-    if any(f < 0 for f in live):
-        raise bad(name, f"lists field id {min(live)} (field ids are >= 0, or -2 for a "
-                        "dropped column)")
-    if len(set(live)) != len(live):
-        raise bad(name, "lists a field id more than once")
+        raise _corrupt(where, fid, "data file path", "is empty")
+    name = f"data file {data_file.path!r}"
+    fields = data_file.fields
+    if len(fields):
+        live = fields if min(fields) >= 0 else [f for f in fields if f != TOMBSTONE_FIELD_ID]
+        if len(live) and min(live) < 0:
+            raise _corrupt(where, fid, name, f"lists field id {min(live)} (field ids are "
+                                             ">= 0, or -2 for a dropped column)")
+        if len(set(live)) != len(live):
+            raise _corrupt(where, fid, name, "lists a field id more than once")
     if not _is_v2_file(data_file):
         return
-    columns = list(data_file.column_indices)
+    columns = data_file.column_indices
     if len(columns) != len(fields):
-        raise bad(name, f"has {len(fields)} field ids but {len(columns)} column indices")
-    used = [c for c in columns if c != -1]
-    if any(c < 0 for c in used):
-        raise bad(name, f"lists column index {min(used)} (column indices are >= 0, or -1 "
-                        "for a field without a column)")
-    if len(set(used)) != len(used):
-        raise bad(name, "lists a column index more than once")
+        raise _corrupt(where, fid, name, f"has {len(fields)} field ids but {len(columns)} "
+                                         "column indices")
+    if len(columns):
+        used = columns if min(columns) >= 0 else [c for c in columns if c != -1]
+        if len(used) and min(used) < 0:
+            raise _corrupt(where, fid, name, f"lists column index {min(used)} (column "
+                                             "indices are >= 0, or -1 for a field without "
+                                             "a column)")
+        if len(set(used)) != len(used):
+            raise _corrupt(where, fid, name, "lists a column index more than once")
 
 
 def validate_manifest(manifest: table_pb2.Manifest, where: str) -> None:
