@@ -239,15 +239,22 @@ class _CommitLoop:
         # Start from the newest version: cleanup may have removed the version after a stale
         # base, and a conditional create of that number would then succeed behind the
         # dataset's back (a lost commit, or a rewound history).
-        stale = base is not None and (await self.handler.latest(self.store)).version > \
+        catch_up = base is not None and (await self.handler.latest(self.store)).version > \
             base.version
         for attempt in range(max_retries + 1):
-            if stale:
-                stale = False
+            if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
+                catch_up = False
                 latest = await load_snapshot(self.store, self.handler)
                 others: list[tuple[int, Transaction]] = []
                 for version, other in await transactions_since(self.store, self.handler,
                                                                checked, latest):
+                    if other is not None and other.uuid == txn.uuid:
+                        # An earlier attempt of ours landed after all (e.g. a lost response
+                        # that the store client retried into a conflict).
+                        mine = latest if version == latest.version else await load_snapshot(
+                            self.store, self.handler, version)
+                        await _write_hint(self.store, version)
+                        return mine
                     state.check(other, version)
                     if other is not None:
                         others.append((version, other))
@@ -290,27 +297,7 @@ class _CommitLoop:
                 # Pause first, then catch up: the newest version is then as fresh as it can be
                 # when the next attempt is made.
                 await asyncio.sleep(backoff_delay(attempt))
-                latest = await load_snapshot(self.store, self.handler)
-                others = []
-                for version, other in await transactions_since(self.store, self.handler,
-                                                               checked, latest):
-                    if other is not None and other.uuid == txn.uuid:
-                        # An earlier attempt of ours landed after all (e.g. a lost response
-                        # that the store client retried into a conflict).
-                        mine = latest if version == latest.version else await load_snapshot(
-                            self.store, self.handler, version)
-                        await _write_hint(self.store, version)
-                        return mine
-                    state.check(other, version)
-                    if other is not None:
-                        others.append((version, other))
-                if self.check is not None and others:
-                    await self.check(others, latest)
-                txn = await finish_rebase(self.store, latest, state, self.affected_rows,
-                                          self.merged)
-                state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)
-                checked = latest.version
-                current = latest
+                catch_up = True
                 continue
             await _write_hint(self.store, location.version)
             return Snapshot(location, mf)
