@@ -21,6 +21,7 @@ import pyarrow as pa
 from alance.errors import CorruptFileError, InvalidInputError, PathOutsideDatasetError
 from alance.format.legacy.reader import LegacyFileReader, open_file
 from alance.format.schema import LanceSchema
+from alance.format.v2.container import V2File
 from alance.format.v2.container import open_file as open_v2_file
 from alance.format.v2.reader import V2FileReader
 from alance.io.store import DatasetStore
@@ -52,6 +53,11 @@ def _pool() -> ThreadPoolExecutor:
                 _decode_pool = ThreadPoolExecutor(DECODE_WORKERS,
                                                   thread_name_prefix="alance-decode")
     return _decode_pool
+
+
+def decode_pool() -> ThreadPoolExecutor:
+    """The decoding threads shared by every read of the process."""
+    return _pool()
 
 
 def _forget_pool_after_fork() -> None:
@@ -273,6 +279,18 @@ class DataFileReader:
     def num_rows(self) -> int:
         """Rows in the file."""
         return self._reader.num_rows
+
+    @property
+    def v2_file(self) -> V2File | None:
+        """The opened 2.x file (``None`` for v0.1/v0.2 files)."""
+        return self._reader.file if isinstance(self._reader, V2FileReader) else None
+
+    def column_of(self, field_id: int) -> int | None:
+        """The 2.x column holding the leaf field ``field_id`` (``None``: none does)."""
+        if not isinstance(self._reader, V2FileReader):
+            return None
+        column = self._reader.columns.get(field_id)
+        return None if column is None or column < 0 else column
 
     async def _run(self, plan: Any, offload_bytes: int | None = OFFLOAD_BYTES,
                    ) -> pa.RecordBatch:

@@ -47,6 +47,7 @@ class ReadContext:
         self._json_text = ({f.id: f for f in snapshot.schema.fields if is_json(f)}
                            if user_view else {})
         self._files: dict[str, DataFileReader] = {}
+        self._file_schemas: dict[str, LanceSchema] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
         self._dictionaries: dict[int, pa.Array] | None = None
         self._row_ends: np.ndarray | None = None
@@ -139,6 +140,15 @@ class ReadContext:
         self._deletions[fragment.id] = offsets
         return offsets
 
+    def file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
+        """The version's schema cut to the fields ``data_file`` holds (computed once)."""
+        schema = self._file_schemas.get(data_file.path)
+        if schema is None:
+            schema = self.snapshot.schema.with_ids(f for f in data_file.fields
+                                                   if f != TOMBSTONE_FIELD_ID)
+            self._file_schemas[data_file.path] = schema
+        return schema
+
     def stored_field(self, field: LanceField) -> LanceField:
         """The field as the data files hold it (a JSON text field's JSONB field)."""
         return self._json_text.get(field.id, field)
@@ -191,9 +201,20 @@ class FragmentReader:
         data_file = owners[0][0]
         return await self.ctx.data_file(data_file, self._file_schema(data_file), self.fragment)
 
+    async def open_owners(self, fields: Sequence[LanceField],
+                          ) -> dict[int, DataFileReader]:
+        """The opened data file holding each of ``fields``, by field id (fields no file
+        holds are left out)."""
+        out: dict[int, DataFileReader] = {}
+        for data_file, held in self._owners(fields):
+            reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
+                                              self.fragment)
+            for f in held:
+                out[f.id] = reader
+        return out
+
     def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
-        return self.ctx.snapshot.schema.with_ids(f for f in data_file.fields
-                                                 if f != TOMBSTONE_FIELD_ID)
+        return self.ctx.file_schema(data_file)
 
     async def row_group_bounds(self) -> np.ndarray:
         """Row offsets where the first data file's row groups start (plus the end)."""

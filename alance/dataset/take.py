@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from alance.dataset.projection import ROW_OFFSET, Columns, Projection, system_columns_at
 from alance.dataset.read import ReadContext, live_rows
-from alance.dataset.scan import as_schema
 from alance.dataset.take_batch import TakeBatcher
+from alance.dataset.take_pages import take_columns
 from alance.errors import InvalidInputError
 from alance.format.schema import with_extension_type
 
@@ -104,20 +104,32 @@ async def read_positions(ctx: ReadContext, positions: np.ndarray,
                   zip(np.concatenate(([0], cut)), np.concatenate((cut, [len(which)])),
                       strict=True)]
 
-    async def read(pos: int, wanted: np.ndarray) -> pa.RecordBatch:
+    async def physical(pos: int, wanted: np.ndarray) -> tuple[Any, np.ndarray]:
         frag = fragments[pos]
-        start = int(ends[pos]) - live_rows(frag)
-        local = wanted - start
+        local = wanted - (int(ends[pos]) - live_rows(frag))
         deleted = await ctx.deleted_offsets(frag)
         if deleted is not None and len(deleted):
             alive = np.setdiff1d(np.arange(frag.physical_rows, dtype=np.int64),
                                  deleted.astype(np.int64), assume_unique=True)
             local = alive[local]
-        return await ctx.fragment(frag).read_rows(projection, local)
+        return frag, local
 
-    if len(groups) == 1:
-        batches = [await read(*groups[0])]
-    else:
-        batches = list(await asyncio.gather(*(read(p, w) for p, w in groups)))
-    return pa.Table.from_batches([as_schema(b, out_schema) for b in batches],
-                                 schema=out_schema)
+    parts = [await physical(*g) for g in groups]
+    taken = await take_columns(ctx, parts, projection)
+    rest = [f for f in projection if f.id not in taken]
+    if rest:
+        read = [ctx.fragment(frag).read_rows(rest, local) for frag, local in parts]
+        batches = [await read[0]] if len(read) == 1 else list(await asyncio.gather(*read))
+        table = pa.Table.from_batches(batches, schema=pa.schema([f.to_arrow() for f in rest]))
+        for f in rest:
+            taken[f.id] = table.column(f.name)
+    columns_out = []
+    for f, out in zip(projection, out_schema, strict=True):
+        col = taken[f.id]
+        if isinstance(out.type, pa.BaseExtensionType) and \
+                not isinstance(col.type, pa.BaseExtensionType):
+            chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+            col = pa.chunked_array([pa.ExtensionArray.from_storage(out.type, c)
+                                    for c in chunks], out.type)
+        columns_out.append(col)
+    return pa.Table.from_arrays(columns_out, schema=out_schema)

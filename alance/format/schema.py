@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -116,6 +117,13 @@ def arrow_type_of(logical_type: str, children: Sequence[LanceField] = ()) -> pa.
             raise InvalidInputError("map field needs one entries child with key and value")
         key, value = (c.to_arrow() for c in children[0].children)
         return pa.map_(key, value)
+    return _parameterised_type(logical_type)
+
+
+@lru_cache(maxsize=1024)
+def _parameterised_type(logical_type: str) -> pa.DataType:
+    """Arrow type of a logical type with parameters in its text (timestamp, decimal,
+    fixed-size list...): a pure function of the string, so remembered."""
     parts = logical_type.split(":")
     kind = parts[0]
     try:

@@ -125,7 +125,7 @@ class V2File:
     tail_start: int
     _columns: dict[int, ColumnInfo] = field(default_factory=dict)
     #: Per-page state read once and reused (chunk metadata, dictionaries, ...).
-    page_state: dict[tuple[int, int], Any] = field(default_factory=dict)
+    page_state: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def version(self) -> tuple[int, int]:

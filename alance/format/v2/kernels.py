@@ -12,6 +12,7 @@ over values).
 
 from __future__ import annotations
 
+import threading
 from functools import cache, lru_cache
 
 import numpy as np
@@ -231,39 +232,118 @@ def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
     n = len(data)
     if n == 0:
         return data[:0], np.zeros(len(offsets), dtype=np.int64)
-    # Escapes: in each maximal run of 255 bytes, every other byte from the first is an escape
-    # and the byte after an escape is a literal.
     is_ff = data == 255
     if not is_ff.any():
         if n >= PAIR_DECODE_CODES:
             return _fsst_expand_pairs(table, data, offsets)
         return _fsst_expand(expand, length, data.astype(np.int32), offsets)
+    return _fsst_expand(expand, length, _expansion_rows(data, is_ff), offsets)
+
+
+def _expansion_rows(data: np.ndarray, is_ff: np.ndarray) -> np.ndarray:
+    """The expansion-table row of every code byte: the code itself, or 256 + the byte for
+    the literal after an escape. ``is_ff``: the bytes that are 255 and act as codes.
+
+    In each maximal run of 255 bytes every other byte from the first is an escape, and the
+    byte after an escape is a literal."""
+    n = len(data)
     codes = data.astype(np.int32)
+    if not n or not is_ff.any():
+        return codes
     run_start = is_ff & ~np.concatenate(([False], is_ff[:-1]))
     run_id = np.cumsum(run_start)
     first = np.flatnonzero(run_start)
-    pos_in_run = np.arange(n) - first[np.maximum(run_id - 1, 0)] if len(first) else np.zeros(n)
+    pos_in_run = np.arange(n) - first[np.maximum(run_id - 1, 0)]
     escape = is_ff & (pos_in_run % 2 == 0)
-    literal = np.concatenate(([False], escape[:-1]))
     if escape[-1]:
         raise CorruptFileError("FSST data ends with an escape byte")
-    return _fsst_expand(expand, length, np.where(literal, 256 + codes, codes), offsets)
+    literal = np.concatenate(([False], escape[:-1]))
+    return np.where(literal, 256 + codes, codes)
+
+
+def fsst_decode_many(tables: list[bytes], table_of: np.ndarray, data: np.ndarray,
+                     offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decompress FSST strings that use different symbol tables: string ``i`` (bytes
+    ``offsets[i]..offsets[i + 1]`` of ``data``) uses ``tables[table_of[i]]``. Returns (bytes,
+    int64 offsets) as :func:`fsst_decode` does, in one pass over all the strings."""
+    offs = np.asarray(offsets, dtype=np.int64)
+    if len(offs) and (offs[0] < 0 or offs[-1] > len(data) or (np.diff(offs) < 0).any()):
+        raise CorruptFileError("FSST offsets point outside the data")
+    parsed: list[tuple[np.ndarray, np.ndarray]] = []
+    on = np.zeros(len(tables), dtype=bool)
+    for i, table in enumerate(tables):
+        table = bytes(table)
+        if len(table) < 8 or int.from_bytes(table[:8], "little") >> 32 != 0x46535354:
+            raise CorruptFileError("FSST symbol table has a bad magic number")
+        on[i] = bool((int.from_bytes(table[:8], "little") >> 24) & 1)
+        # A table whose encoder was switched off stores bytes as they are: literals only.
+        parsed.append(fsst_symbols(table) if on[i] else _LITERALS)
+    per_byte = np.repeat(np.asarray(table_of, dtype=np.int64), np.diff(offs))
+    data = data[int(offs[0]): int(offs[-1])] if len(offs) else data[:0]
+    on_byte = on[per_byte]
+    rows = _expansion_rows(data, (data == 255) & on_byte)
+    rows = np.where(on_byte, rows, 256 + rows) + 512 * per_byte
+    return _expand_rows(parsed or [_LITERALS], rows, offs - (offs[0] if len(offs) else 0))
+
+
+def _literal_table() -> tuple[np.ndarray, np.ndarray]:
+    expand = np.zeros((512, 8), dtype=np.uint8)
+    length = np.zeros(512, dtype=np.int64)
+    expand[256:, 0] = np.arange(256, dtype=np.uint8)
+    length[256:] = 1
+    expand.setflags(write=False)
+    length.setflags(write=False)
+    return expand, length
+
+
+#: The expansion table of stored-as-is bytes (rows 256 + b expand to b).
+_LITERALS = _literal_table()
+
+
+def _expansions(expand: np.ndarray, length: np.ndarray, large: bool) -> pa.Array:
+    """Every code's expansion as an Arrow binary array (remembered for the parsed tables of
+    :func:`fsst_symbols`, which are shared and read-only)."""
+    key = (id(expand), large)
+    hit = _EXPANSIONS.get(key)
+    if hit is not None and hit[0] is expand:
+        return hit[1]
+    sym_offsets = np.concatenate(([0], np.cumsum(length))).astype(np.int64 if large else np.int32)
+    sym_bytes = expand[np.arange(8)[None, :] < length[:, None]]
+    arr = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(length),
+                                [None, pa.py_buffer(sym_offsets), pa.py_buffer(sym_bytes)])
+    if not expand.flags.writeable:  # a parsed, shared table: worth remembering
+        with _EXPANSIONS_LOCK:
+            if len(_EXPANSIONS) >= 512:
+                _EXPANSIONS.pop(next(iter(_EXPANSIONS)))
+            _EXPANSIONS[key] = (expand, arr)
+    return arr
+
+
+#: (id of a read-only expansion table, large) -> (that table, its expansions as Arrow).
+#: Holding the table keeps its id from being reused while the entry lives.
+_EXPANSIONS: dict[tuple[int, bool], tuple[np.ndarray, pa.Array]] = {}
+_EXPANSIONS_LOCK = threading.Lock()
 
 
 def _fsst_expand(expand: np.ndarray, length: np.ndarray, row: np.ndarray,
                  offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate the expansion of every code (row of ``expand``): Arrow's take on a binary
     array of the 512 expansions does it in one pass and also yields each code's offset."""
+    return _expand_rows([(expand, length)], row, offsets)
+
+
+def _expand_rows(tables: list[tuple[np.ndarray, np.ndarray]], row: np.ndarray,
+                 offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_fsst_expand` over several parsed tables, row ``512 * t + r`` being row ``r``
+    of table ``t``."""
     n = len(row)
     offs = np.asarray(offsets, dtype=np.int64)
     if len(offs) and (offs.min() < 0 or offs.max() > n):
         raise CorruptFileError("FSST offsets point outside the data")
-    longest = int(length.max()) * n
+    longest = max(int(length.max()) for _, length in tables) * n
     large = longest >= 2**31 - 1
-    sym_offsets = np.concatenate(([0], np.cumsum(length))).astype(np.int64 if large else np.int32)
-    sym_bytes = expand[np.arange(8)[None, :] < length[:, None]]
-    table = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(length),
-                                  [None, pa.py_buffer(sym_offsets), pa.py_buffer(sym_bytes)])
+    arrays = [_expansions(expand, length, large) for expand, length in tables]
+    table = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
     taken = table.take(pa.array(row.astype(np.int32, copy=False)))
     code_ends = np.frombuffer(taken.buffers()[1], dtype=np.int64 if large else np.int32,
                               count=n + 1)

@@ -14,6 +14,7 @@ value buffers, each padded to 8 bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from alance.errors import CorruptFileError
 from alance.format.v2.blocks import Block, Fixed
 from alance.format.v2.chunk_levels import chunk_levels
 from alance.format.v2.compressive import ChunkBufs, block_values, miniblock_values
-from alance.format.v2.kernels import gather_ranges, range_indices
+from alance.format.v2.kernels import range_indices
 from alance.format.v2.leaf import LeafData
 from alance.format.v2.levels import LevelPlan, plan_levels, unravel, visible_mask
 
@@ -171,7 +172,8 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     hsize = 2 * head_words + (4 if wide else 2) * nbuf
     if (sizes < hsize).any():
         raise CorruptFileError("mini-block chunk is shorter than its header")
-    hdr = gather_ranges(data, starts, np.full(len(chunks), hsize)).reshape(len(chunks), hsize)
+    # (Every chunk lies in ``data`` and holds a header: checked above.)
+    hdr = data[starts[:, None] + _header_bytes(hsize)]
     small = np.ascontiguousarray(hdr[:, : 2 * head_words]).view("<u2").astype(np.int64)
     big = np.ascontiguousarray(hdr[:, 2 * head_words:]).view("<u4" if wide else "<u2")
     big = big.astype(np.int64).reshape(len(chunks), nbuf)
@@ -199,7 +201,9 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     if has_def:
         defs = chunk_levels(layout.def_compression, data, buf_starts[k], sizes_list[k], num_levels)
         k += 1
-    value_bufs = [ChunkBufs(data, buf_starts[k + j], sizes_list[k + j]) for j in range(nbuf)]
+    # Checked above: every buffer lies inside its chunk, every chunk inside ``data``.
+    value_bufs = [ChunkBufs(data, buf_starts[k + j], sizes_list[k + j], checked=True)
+                  for j in range(nbuf)]
     pick = None
     if (wanted is not None and not plan.max_rep and plan.visible_max < 0 and len(chunks)
             and (defs is None or np.array_equal(num_levels, counts))):
@@ -240,6 +244,11 @@ def decode_chunks(layout: pb.MiniBlockLayout, state: MiniBlockState, chunks: np.
     local = csum - np.repeat(before, items_per_chunk)
     row = state.first_row[chunks][chunk_of_item] + local - 1
     return rep, defs, values, row
+
+
+@cache
+def _header_bytes(size: int) -> np.ndarray:
+    return np.arange(size, dtype=np.int64)
 
 
 def _dict_lookup(state: MiniBlockState, values: Block) -> Block:
@@ -318,6 +327,8 @@ def _chunk_groups(state: MiniBlockState, chunks: np.ndarray, gap: int,
                   ) -> tuple[np.ndarray, np.ndarray]:
     pos = state.positions[chunks]
     end = pos + state.sizes[chunks]
+    if len(chunks) == 1:
+        return pos, end
     brk = np.flatnonzero(pos[1:] - end[:-1] > gap) + 1
     first = np.concatenate(([0], brk))
     last = np.concatenate((brk - 1, [len(chunks) - 1]))
@@ -331,11 +342,11 @@ def chunk_starts_in(ranges_data: list[np.ndarray], state: MiniBlockState, chunks
     if len(chunks) == 0:
         data = np.concatenate(ranges_data) if len(ranges_data) != 1 else ranges_data[0]
         return data, np.zeros(0, np.int64)
-    g_start, g_end = _chunk_groups(state, chunks, gap)
     pos = state.positions[chunks]
+    if len(ranges_data) == 1:  # one group: every chunk counts from the first one
+        return ranges_data[0], (pos - pos[0]).astype(np.int64)
+    g_start, g_end = _chunk_groups(state, chunks, gap)
     group = np.searchsorted(g_start, pos, side="right") - 1
-    if len(ranges_data) == 1:
-        return ranges_data[0], (pos - g_start[group]).astype(np.int64)
     sizes = state.sizes[chunks]
     if 2 * int(sizes.sum()) < int((g_end - g_start).sum()):
         # The ranges hold mostly bytes between the chunks (read to save requests): copy out
