@@ -188,3 +188,18 @@ def test_kind_of_refuses_what_it_cannot_read() -> None:
     layout.value_compression.flat.bits_per_value = 32
     layout.repetition_index_depth = 1
     assert kind_of(layout) is None
+
+
+async def test_take_rows_by_stable_id_across_fragments(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ids")
+    lance.write_dataset(_table(9_000), uri, data_storage_version="2.2",
+                        max_rows_per_file=PER_FILE, enable_stable_row_ids=True)
+    theirs = lance.dataset(uri)
+    theirs.delete("id % 4 = 1")
+    theirs = lance.dataset(uri)
+    ds = await alance.open_dataset(uri)
+    ids = theirs.to_table(columns=[], with_row_id=True)["_rowid"].to_numpy()
+    pick = np.random.default_rng(2).choice(ids, 300, replace=False)  # unsorted
+    pick = np.concatenate([pick, pick[:4]])
+    cols = ["id", "s", "vec", "nullable", "_rowaddr"]
+    _same(await ds.take_rows(pick, columns=cols), theirs._take_rows(pick, columns=cols))

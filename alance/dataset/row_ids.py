@@ -25,6 +25,7 @@ import pyarrow as pa
 from alance._proto import table_pb2
 from alance.dataset.deletions import split_addresses
 from alance.dataset.read import ReadContext
+from alance.dataset.take_pages import read_parts
 from alance.errors import CorruptFileError, InvalidInputError
 from alance.format.feature_flags import FeatureFlag
 from alance.format.row_id_sequence import decode_row_ids, parse_row_ids
@@ -393,19 +394,22 @@ async def take_rows_by_id(ctx: ReadContext, row_ids: Any,
     storage = pa.schema([pa.field(n, pa.uint64(), True) if n in SYSTEM_COLUMNS
                          else schema.field(n).to_arrow() for n in names])
 
-    async def read(fid: int, offsets: np.ndarray) -> pa.RecordBatch:
-        frag = by_id[fid]
-        batch = await ctx.fragment(frag).read_rows(data_fields, offsets.astype(np.int64))
-        arrays = {f.name: batch.column(i) for i, f in enumerate(data_fields)}
-        arrays.update(await system_columns(ctx, frag, offsets, system))
-        return pa.RecordBatch.from_arrays([arrays[n] for n in names], schema=storage)
-
-    parts = await asyncio.gather(*(read(fid, off) for fid, off in groups.items()))
+    parts = [(by_id[fid], off.astype(np.int64)) for fid, off in groups.items()]
+    data = await read_parts(ctx, parts, data_fields)
+    by_name: dict[str, pa.Array | pa.ChunkedArray] = {f.name: data[f.id] for f in data_fields}
+    if system:
+        extra = [await system_columns(ctx, by_id[fid], off, system)
+                 for fid, off in groups.items()]
+        for n in system:
+            by_name[n] = pa.chunked_array([e[n] for e in extra], pa.uint64())
     # rows come back grouped by fragment, offsets ascending: i.e. sorted by address
     unique_addr = np.concatenate([(np.uint64(fid) << np.uint64(32)) | off.astype(np.uint64)
                                   for fid, off in groups.items()])
     order = np.searchsorted(unique_addr, addresses)
-    table = pa.Table.from_batches(parts).take(pa.array(order)).combine_chunks()
+    table = pa.Table.from_arrays([by_name[n] for n in names], schema=storage)
+    if len(order) != len(unique_addr) or not np.array_equal(order, np.arange(len(order))):
+        table = table.take(pa.array(order))
+    table = table.combine_chunks()
     return pa.Table.from_batches([as_schema(b, out_schema) for b in table.to_batches()],
                                  schema=out_schema)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +11,7 @@ import pyarrow as pa
 from alance.dataset.projection import ROW_OFFSET, Columns, Projection, system_columns_at
 from alance.dataset.read import ReadContext, live_rows
 from alance.dataset.take_batch import TakeBatcher
-from alance.dataset.take_pages import take_columns
+from alance.dataset.take_pages import read_parts
 from alance.errors import InvalidInputError
 from alance.format.schema import with_extension_type
 
@@ -115,14 +114,7 @@ async def read_positions(ctx: ReadContext, positions: np.ndarray,
         return frag, local
 
     parts = [await physical(*g) for g in groups]
-    taken = await take_columns(ctx, parts, projection)
-    rest = [f for f in projection if f.id not in taken]
-    if rest:
-        read = [ctx.fragment(frag).read_rows(rest, local) for frag, local in parts]
-        batches = [await read[0]] if len(read) == 1 else list(await asyncio.gather(*read))
-        table = pa.Table.from_batches(batches, schema=pa.schema([f.to_arrow() for f in rest]))
-        for f in rest:
-            taken[f.id] = table.column(f.name)
+    taken = await read_parts(ctx, parts, projection)
     columns_out = []
     for f, out in zip(projection, out_schema, strict=True):
         col = taken[f.id]

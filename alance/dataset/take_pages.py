@@ -49,6 +49,23 @@ class _Page:
     layout: pb.MiniBlockLayout
 
 
+async def read_parts(ctx: ReadContext,
+                     parts: Sequence[tuple[table_pb2.DataFragment, np.ndarray]],
+                     fields: Sequence[LanceField]) -> dict[int, pa.Array | pa.ChunkedArray]:
+    """The given top-level fields for the rows of every part (a fragment and its sorted,
+    unique physical offsets), parts in order, by field id: through :func:`take_columns` where
+    it can, the rest fragment by fragment."""
+    taken: dict[int, pa.Array | pa.ChunkedArray] = dict(await take_columns(ctx, parts, fields))
+    rest = [f for f in fields if f.id not in taken]
+    if rest:
+        reads = [ctx.fragment(frag).read_rows(rest, local) for frag, local in parts]
+        batches = [await reads[0]] if len(reads) == 1 else list(await asyncio.gather(*reads))
+        table = pa.Table.from_batches(batches, schema=pa.schema([f.to_arrow() for f in rest]))
+        for f in rest:
+            taken[f.id] = table.column(f.name)
+    return taken
+
+
 async def take_columns(ctx: ReadContext,
                        parts: Sequence[tuple[table_pb2.DataFragment, np.ndarray]],
                        fields: Sequence[LanceField]) -> dict[int, pa.Array]:
@@ -188,4 +205,4 @@ def _decode_all(jobs: list[tuple[page_take.Located, np.ndarray, pa.DataType]],
         raise CorruptFileError(f"malformed 2.x data: {type(exc).__name__}: {exc}") from exc
 
 
-__all__ = ["take_columns"]
+__all__ = ["read_parts", "take_columns"]
