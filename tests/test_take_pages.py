@@ -152,6 +152,15 @@ def test_fsst_decode_many_matches_one_table_at_a_time() -> None:
     with pytest.raises(CorruptFileError):
         kernels.fsst_decode_many([a], np.array([0]), np.frombuffer(bytes([0, 255]), np.uint8),
                                  np.array([0, 2]))
+    # Many codes take the Arrow path: the same bytes.
+    many = strings * (2 * kernels.SMALL_EXPAND_CODES // len(data) + 1)
+    table_of = np.array([tables.index(t) for t, _, _ in many])
+    data = np.frombuffer(b"".join(c for _, c, _ in many), np.uint8)
+    assert len(data) > kernels.SMALL_EXPAND_CODES
+    offsets = np.concatenate(([0], np.cumsum([len(c) for _, c, _ in many])))
+    out, offs = kernels.fsst_decode_many(tables, table_of, data, offsets)
+    assert bytes(out) == b"".join(e for _, _, e in many)
+    assert offs.tolist() == np.concatenate(([0], np.cumsum([len(e) for _, _, e in many]))).tolist()
 
 
 async def test_damaged_chunk_is_a_typed_error(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ class ReadContext:
                            if user_view else {})
         self._files: dict[str, DataFileReader] = {}
         self._file_schemas: dict[str, LanceSchema] = {}
+        self._owner_of: dict[tuple[int, int], DataFileReader | None] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
         self._dictionaries: dict[int, pa.Array] | None = None
         self._row_ends: np.ndarray | None = None
@@ -140,6 +141,17 @@ class ReadContext:
         self._deletions[fragment.id] = offsets
         return offsets
 
+    async def owner_of(self, fragment: table_pb2.DataFragment,
+                       field: LanceField) -> DataFileReader | None:
+        """The opened data file of ``fragment`` holding ``field`` (``None``: no file does;
+        it reads as nulls). Remembered per fragment and field."""
+        key = (int(fragment.id), field.id)
+        if key in self._owner_of:
+            return self._owner_of[key]
+        reader = await self.fragment(fragment).open_owner(field)
+        self._owner_of[key] = reader
+        return reader
+
     def file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
         """The version's schema cut to the fields ``data_file`` holds (computed once)."""
         schema = self._file_schemas.get(data_file.path)
@@ -200,18 +212,6 @@ class FragmentReader:
             return None
         data_file = owners[0][0]
         return await self.ctx.data_file(data_file, self._file_schema(data_file), self.fragment)
-
-    async def open_owners(self, fields: Sequence[LanceField],
-                          ) -> dict[int, DataFileReader]:
-        """The opened data file holding each of ``fields``, by field id (fields no file
-        holds are left out)."""
-        out: dict[int, DataFileReader] = {}
-        for data_file, held in self._owners(fields):
-            reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
-                                              self.fragment)
-            for f in held:
-                out[f.id] = reader
-        return out
 
     def _file_schema(self, data_file: table_pb2.DataFile) -> LanceSchema:
         return self.ctx.file_schema(data_file)

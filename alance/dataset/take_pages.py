@@ -72,15 +72,15 @@ async def take_columns(ctx: ReadContext,
     """Arrays of the given top-level fields for the rows of every part (a fragment and its
     sorted, unique physical offsets), parts in order: those fields this path can read, by
     field id. The others are missing from the result."""
+    by_id = {f.id: f for f in fields}
     plans: dict[int, list[_Page]] = {f.id: [] for f in fields
                                      if not f.children and not ctx.reads_json_text(f)}
     kinds: dict[int, page_take.Kind] = {}
     for fragment, rows in parts:
         if not plans:
             return {}
-        owners = await ctx.fragment(fragment).open_owners([f for f in fields if f.id in plans])
         for fid in list(plans):
-            reader = owners.get(fid)
+            reader = await ctx.owner_of(fragment, by_id[fid])
             pages = None if reader is None else _pages_of(reader, fid, rows)
             if pages is None or any(kinds.setdefault(fid, k) != k for _, k in pages):
                 del plans[fid]
@@ -94,7 +94,6 @@ async def take_columns(ctx: ReadContext,
                                      [p.rows for p in pages])
                for fid, pages in plans.items()}
     data = await _fetch({fid: (plans[fid], located[fid]) for fid in plans})
-    by_id = {f.id: f for f in fields}
     jobs = [(located[fid], data[fid], by_id[fid].data_type) for fid in located]
     n_rows = len(next(iter(located.values())).item)
     n_bytes = sum(len(d) for d in data.values())
@@ -134,8 +133,9 @@ def _pages_of(reader: DataFileReader, field_id: int, rows: np.ndarray,
         if kind is None:
             return None
         page = info.pages[p]
-        out.append((_Page(reader, v2, (column, p), rows[a:b] - page.first_row,
-                          page.encoding.mini_block_layout), kind))
+        local = rows[a:b] if not page.first_row else rows[a:b] - page.first_row
+        out.append((_Page(reader, v2, (column, p), local, page.encoding.mini_block_layout),
+                    kind))
     return out
 
 
@@ -187,9 +187,11 @@ async def _fetch(work: dict[int, tuple[list[_Page], page_take.Located]],
             slots.append((fid, reader.path, len(bucket)))
             bucket.append((start, end))
             stores[reader.path] = reader.store
-    paths = list(by_path)
-    results = await asyncio.gather(*(stores[p].get_ranges(p, by_path[p]) for p in paths))
-    got = dict(zip(paths, results, strict=True))
+    got: dict[str, list[Any]] = {}
+    for store in {id(st): st for st in stores.values()}.values():
+        paths = [p for p in by_path if stores[p] is store]
+        results = await store.get_ranges_many([(p, by_path[p]) for p in paths])
+        got.update(zip(paths, results, strict=True))
     parts: dict[int, list[Any]] = {fid: [] for fid in work}
     for fid, path, i in slots:
         parts[fid].append(got[path][i])

@@ -229,9 +229,7 @@ class DatasetStore:
         if not ranges:
             return []
         key = self._key(path)
-        merged = _coalesce(sorted({(s, e) for s, e in ranges if e > s}), self.coalesce_bytes)
-        pieces = [p for m in merged for p in _split(m, self.split_bytes)]
-
+        pieces = self._pieces(ranges)
         step = self.ranges_per_request
         batches = [pieces[i:i + step] for i in range(0, len(pieces), step)]
         _count(len(batches), len(pieces), sum(e - s for s, e in pieces))
@@ -239,8 +237,46 @@ class DatasetStore:
         async def fetch(batch: list[tuple[int, int]]) -> list[Buffer]:
             return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0)))
 
-        fetched = [buf for bufs in await asyncio.gather(*(fetch(b) for b in batches))
-                   for buf in bufs]
+        if len(batches) == 1:
+            fetched = await fetch(batches[0])
+        else:
+            fetched = [buf for bufs in await asyncio.gather(*(fetch(b) for b in batches))
+                       for buf in bufs]
+        return self._answer(path, ranges, pieces, fetched)
+
+    async def get_ranges_many(self, requests: Sequence[tuple[str, Sequence[tuple[int, int]]]],
+                              ) -> list[list[Buffer]]:
+        """:meth:`get_ranges` of several objects (``(path, ranges)`` each), all at once.
+
+        What the backend can answer at once (local files in the page cache) is read on the
+        spot; the rest is fetched concurrently.
+        """
+        out: list[list[Buffer] | None] = [None] * len(requests)
+        read_cached = getattr(self.backend, "read_cached", None)
+        pending = []
+        for i, (path, ranges) in enumerate(requests):
+            pieces = self._pieces(ranges) if read_cached is not None else []
+            got = read_cached(self._key(path), pieces) if pieces and read_cached else None
+            if got is None:
+                pending.append(i)
+                continue
+            _count(1, len(pieces), sum(e - s for s, e in pieces))
+            out[i] = self._answer(path, ranges, pieces, got)
+        if len(pending) == 1:
+            out[pending[0]] = await self.get_ranges(*requests[pending[0]])
+        elif pending:
+            fetched = await asyncio.gather(*(self.get_ranges(*requests[i]) for i in pending))
+            for i, got in zip(pending, fetched, strict=True):
+                out[i] = got
+        return [[] if o is None else o for o in out]
+
+    def _pieces(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The byte ranges to request for ``ranges``: coalesced, long ones split."""
+        merged = _coalesce(sorted({(s, e) for s, e in ranges if e > s}), self.coalesce_bytes)
+        return [p for m in merged for p in _split(m, self.split_bytes)]
+
+    def _answer(self, path: str, ranges: Sequence[tuple[int, int]],
+                pieces: list[tuple[int, int]], fetched: Sequence[Buffer]) -> list[Buffer]:
         # Answer each range with a view of the piece holding it; only a range that spans
         # pieces (of a split) is copied, and then only its own bytes.
         starts = [p[0] for p in pieces]
@@ -355,6 +391,8 @@ def _coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, in
 def _split(rng: tuple[int, int], size: int) -> list[tuple[int, int]]:
     """``rng`` cut into pieces of at most ``size`` bytes."""
     start, end = rng
+    if end - start <= size:
+        return [rng]
     return list(itertools.pairwise([*range(start, end, size), end]))
 
 

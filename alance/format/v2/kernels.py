@@ -283,7 +283,26 @@ def fsst_decode_many(tables: list[bytes], table_of: np.ndarray, data: np.ndarray
     on_byte = on[per_byte]
     rows = _expansion_rows(data, (data == 255) & on_byte)
     rows = np.where(on_byte, rows, 256 + rows) + 512 * per_byte
-    return _expand_rows(parsed or [_LITERALS], rows, offs - (offs[0] if len(offs) else 0))
+    offs = offs - (offs[0] if len(offs) else 0)
+    parsed = parsed or [_LITERALS]
+    if len(rows) <= SMALL_EXPAND_CODES:
+        # A few codes: expand them with numpy (no Arrow tables to join).
+        expand = np.concatenate([e for e, _ in parsed]) if len(parsed) > 1 else parsed[0][0]
+        length = np.concatenate([n for _, n in parsed]) if len(parsed) > 1 else parsed[0][1]
+        lens = length[rows]
+        out = expand[rows][_arange8() < lens[:, None]]
+        ends = np.concatenate(([0], np.cumsum(lens)))
+        return out, ends[offs].astype(np.int64)
+    return _expand_rows(parsed, rows, offs)
+
+
+#: Up to this many codes, :func:`fsst_decode_many` expands with numpy rather than Arrow.
+SMALL_EXPAND_CODES = 4096
+
+
+@cache
+def _arange8() -> np.ndarray:
+    return np.arange(8)[None, :]
 
 
 def _literal_table() -> tuple[np.ndarray, np.ndarray]:

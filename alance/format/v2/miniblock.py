@@ -45,6 +45,16 @@ class MiniBlockState:
     _starting: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     #: Derived once: for each chunk, the first chunk from it on in which some row ends.
     _row_ends: np.ndarray | None = field(default=None, repr=False)
+    #: Derived once: first row, position, size and value count of each chunk as the
+    #: columns of one array.
+    _table: np.ndarray | None = field(default=None, repr=False)
+
+    def chunk_table(self) -> np.ndarray:
+        """``(chunks, 4)`` int64: each chunk's first row, position, size and value count."""
+        if self._table is None:
+            self._table = np.stack([self.first_row[:-1], self.positions, self.sizes,
+                                    self.counts], axis=1).astype(np.int64)
+        return self._table
 
     def starting_chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """The chunks in which some row starts, and the page row of the first such row."""

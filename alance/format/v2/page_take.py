@@ -118,15 +118,11 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
     page_of_row = np.repeat(np.arange(n_pages), wanted)
     if len(local) and ((local < 0).any() or (local >= page_rows[page_of_row]).any()):
         raise CorruptFileError("rows asked for lie outside their mini-block page")
-    if n_pages > 1:
-        first = np.concatenate([s.first_row[:-1] + base
-                                for s, base in zip(states, page_base.tolist(), strict=True)])
-        positions = np.concatenate([s.positions for s in states])
-        all_sizes = np.concatenate([s.sizes for s in states])
-        all_counts = np.concatenate([s.counts for s in states])
-    else:
-        first, positions = states[0].first_row[:-1], states[0].positions
-        all_sizes, all_counts = states[0].sizes, states[0].counts
+    # One table of every page's chunks (first row, position, size, value count), the first
+    # rows shifted to where their page starts in the shared row space.
+    table = np.concatenate([s.chunk_table() for s in states]) if n_pages > 1 \
+        else states[0].chunk_table()
+    first = table[:, 0] + np.repeat(page_base, n_chunks) if n_pages > 1 else table[:, 0]
     grow = local + page_base[page_of_row]
     chunk = np.searchsorted(first, grow, side="right") - 1
     # Rows of a page fall in that page's chunks (they lie below the page's row count).
@@ -134,8 +130,8 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
     new = np.concatenate(([True], chunk[1:] != chunk[:-1]))
     chunks = chunk[new]
     page_of_chunk = np.searchsorted(chunk_base, chunks, side="right") - 1
-    pos = positions[chunks]
-    sizes = all_sizes[chunks]
+    picked = table[chunks]
+    pos, sizes = picked[:, 1], picked[:, 2]
     end = pos + sizes
     # A range runs over chunks that follow each other in one page's data.
     brk = np.flatnonzero((pos[1:] != end[:-1]) | (page_of_chunk[1:] != page_of_chunk[:-1])) + 1
@@ -147,7 +143,7 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
     ranges = list(zip(page_of_chunk[first_c].tolist(), r_start.tolist(), r_end.tolist(),
                       strict=True))
     return Located(list(layouts), wanted, ranges, r_base[which] + pos - r_start[which],
-                   sizes, all_counts[chunks], np.cumsum(new) - 1, item)
+                   sizes, picked[:, 3], np.cumsum(new) - 1, item)
 
 
 def decode(located: Located, data: np.ndarray, dtype: pa.DataType) -> pa.Array:
