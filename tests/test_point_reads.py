@@ -48,6 +48,7 @@ class Reads:
 
     requested: list[list[tuple[int, int]]] = field(default_factory=list)
     fetched: list[tuple[int, int]] = field(default_factory=list)
+    inside_get: bool = False
 
     def clear(self) -> None:
         self.requested.clear()
@@ -73,10 +74,33 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
     async def fetched(self: ObstoreBackend, key: str, ranges, coalesce: int):
         if "/data/" in key:
             seen.fetched.extend(ranges)
-        return await backend_get(self, key, ranges, coalesce)
+        seen.inside_get = True  # (its own cached read is not counted again)
+        try:
+            return await backend_get(self, key, ranges, coalesce)
+        finally:
+            seen.inside_get = False
+
+    store_many = DatasetStore.get_ranges_many
+    backend_cached = ObstoreBackend.read_cached
+
+    async def asked_many(self: DatasetStore, requests):
+        # (ranges it passes on to get_ranges are recorded there)
+        for path, ranges in requests:
+            if path.startswith("data/") and isinstance(self.backend, ObstoreBackend) and \
+                    backend_cached(self.backend, self._key(path), self._pieces(ranges)):
+                seen.requested.append(list(ranges))
+        return await store_many(self, requests)
+
+    def cached(self: ObstoreBackend, key: str, ranges):
+        got = backend_cached(self, key, ranges)
+        if got is not None and "/data/" in key and not seen.inside_get:
+            seen.fetched.extend(ranges)
+        return got
 
     monkeypatch.setattr(DatasetStore, "get_ranges", asked)
+    monkeypatch.setattr(DatasetStore, "get_ranges_many", asked_many)
     monkeypatch.setattr(ObstoreBackend, "get_ranges", fetched)
+    monkeypatch.setattr(ObstoreBackend, "read_cached", cached)
     yield seen
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from alance.dataset.zone_maps import ZoneMaps
 from alance.errors import CorruptFileError, InvalidInputError, PathOutsideDatasetError
 from alance.format.legacy.reader import LegacyFileReader, open_file
 from alance.format.schema import LanceSchema
@@ -311,18 +312,32 @@ class DataFileReader:
     # -- page statistics (v0.1/v0.2 files; 2.x files carry none) -------------------------------
     @property
     def group_offsets(self) -> np.ndarray | None:
-        """Row offsets where the file's row groups (v0.2 pages) start, plus the end; ``None``
-        for 2.x files."""
+        """Row offsets where the file's row groups (v0.2 pages; for 2.x files the groups
+        scans read by) start, plus the end."""
         if isinstance(self._reader, LegacyFileReader):
             return self._reader.file.batch_offsets
-        return None
+        return self.row_group_bounds
+
+    @property
+    def zone_maps(self) -> ZoneMaps | None:
+        """The zone maps learned of this 2.x file (see :mod:`alance.dataset.zone_maps`;
+        ``None`` for v0.1/v0.2 files, which store statistics)."""
+        if not isinstance(self._reader, V2FileReader):
+            return None
+        state = self._reader.file.page_state
+        zones = state.get("zone-maps")
+        if zones is None:
+            zones = state.setdefault("zone-maps", ZoneMaps(self.row_group_bounds))
+        return zones  # type: ignore[no-any-return]
 
     async def page_stats(self, field_ids: Sequence[int]) -> pa.RecordBatch | None:
         """Per-row-group statistics of the given fields (``None``: the file has none).
 
-        Remembered process-wide like the file's metadata (files never change)."""
+        Remembered process-wide like the file's metadata (files never change). For 2.x files:
+        the zone maps learned so far."""
         if not isinstance(self._reader, LegacyFileReader):
-            return None
+            zones = self.zone_maps
+            return None if zones is None else zones.stats(list(field_ids))
         key = ("stats", self.store.limiter_key, self.store.root, self.path, tuple(field_ids))
         cached = _FILE_CACHE.get(key)
         if cached is not None:

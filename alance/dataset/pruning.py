@@ -15,7 +15,8 @@ are never read. Caveats honoured (format spec):
 * -0.0 and +0.0 compare equal, so zero bounds written either way stay correct bounds.
 
 2.x files (what pylance writes by default) carry no page statistics: in Lance those live in
-zone-map *indices*, outside the data files. Scans of such files are not pruned.
+zone-map *indices*, outside the data files. alance learns zone maps of them while scanning
+(:mod:`alance.dataset.zone_maps`) and prunes with those once a file's are complete.
 
 Files of one fragment may cut rows into groups differently (a column added later lives in its
 own file), so tests are evaluated on the common refinement of the files' group boundaries.
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 from alance._proto import table_pb2
 from alance.dataset.data_file import DataFileReader
 from alance.dataset.read import FragmentReader, ReadContext
+from alance.dataset.zone_maps import learnable
 from alance.filter import AllOf, AnyOf, BoundPredicate, RangeTest, bound_predicate, tested_columns
 from alance.format.legacy.stats import check_stats_column
 from alance.format.schema import LanceField
@@ -260,11 +262,13 @@ def make_pruner(ctx: ReadContext, sql: object, read_fields: list[LanceField],
     """A pruner for a SQL filter, or ``None`` when nothing in it can be decided by bounds."""
     if not isinstance(sql, str) or not sql.strip():
         return None
-    if ctx.snapshot.data_storage_version not in ("0.1", "0.2", "legacy"):
-        return None  # 2.x files carry no page statistics
     pred = bound_predicate(sql, ctx.schema.to_arrow())
-    if not tested_columns(pred):
+    tested = tested_columns(pred)
+    if not tested:
         return None
+    if ctx.snapshot.data_storage_version not in ("0.1", "0.2", "legacy") and not any(
+            learnable(ctx.schema.field(name)) for name in tested):
+        return None  # 2.x files have zone maps only of what alance learns
     stats.predicate = repr(pred)
     return Pruner(ctx, pred, read_fields, stats)
 

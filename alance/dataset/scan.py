@@ -32,6 +32,8 @@ from alance.dataset.projection import (
 from alance.dataset.pruning import ScanStats, make_pruner
 from alance.dataset.read import FragmentReader, ReadContext, live_rows
 from alance.dataset.row_ids import ROW_ADDRESS, ROW_ID, SYSTEM_COLUMNS, system_columns
+from alance.dataset.take_pages import read_fragment_rows
+from alance.dataset.zone_maps import learnable
 from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
 from alance.format.schema import LanceField, with_extension_type
@@ -223,6 +225,10 @@ class Scanner:
         # Page pruning by statistics (alance.dataset.pruning); its counters in ``self.stats``.
         self.stats = ScanStats()
         self._pruner = make_pruner(ctx, filter, self.read_fields, self.stats) if prune else None
+        #: Filter columns whose zone maps this scan learns (see alance.dataset.zone_maps).
+        self._learn = ([(i, f) for i, f in enumerate(self._filter_fields)
+                        if f.name in self._pruner.columns and learnable(f)]
+                       if self._pruner is not None else [])
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -284,6 +290,14 @@ class Scanner:
                 for a, b in parts:
                     yield _Chunk(reader, a, b)
 
+    async def _learn_zones(self, chunk: _Chunk, head: pa.RecordBatch) -> None:
+        """Record the zone maps of the filter columns a chunk read whole."""
+        for i, f in self._learn:
+            owner = await self.ctx.owner_of(chunk.fragment.fragment, f)
+            zones = owner.zone_maps if owner is not None else None
+            if zones is not None and not zones.complete(f.id):
+                zones.learn(f, chunk.start, head.column(i))
+
     async def _read_chunk(self, chunk: _Chunk) -> list[pa.RecordBatch]:
         """The result rows of one chunk (one or more batches, in order): deletions removed,
         filter applied, projected."""
@@ -309,6 +323,8 @@ class Scanner:
         # other projected columns only for the rows that pass (when few do).
         rest = [f for f in self.projection if f.name not in self._filter_names]
         head = await chunk.read(self._filter_fields)
+        if self._learn and chunk.parts is None:
+            await self._learn_zones(chunk, head)
         if keep is not None:
             head = head.filter(pa.array(keep))
         head = await self._with_system_columns(head, fragment, offsets)
@@ -344,7 +360,8 @@ class Scanner:
         if selected.num_rows * 4 < num_rows:
             # Few rows pass: fetch just those rows of the other columns.
             async def by_rows(lo: int, hi: int) -> pa.RecordBatch:
-                return joined(lo, hi, await fragment.read_rows(rest, physical[lo:hi]))
+                return joined(lo, hi, await read_fragment_rows(self.ctx, fragment.fragment,
+                                                               rest, physical[lo:hi]))
 
             jobs = [partial(by_rows, lo, min(lo + step, len(physical)))
                     for lo in range(0, len(physical), step)]

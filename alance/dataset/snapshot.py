@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -43,8 +44,12 @@ class Snapshot:
 
     @property
     def fragments(self) -> list[table_pb2.DataFragment]:
-        """Fragments of this version, in dataset order."""
-        return list(self.manifest.fragments)
+        """Fragments of this version, in dataset order (a new list each call)."""
+        return list(self._fragments)
+
+    @cached_property
+    def _fragments(self) -> tuple[table_pb2.DataFragment, ...]:
+        return tuple(self.manifest.fragments)
 
     @property
     def data_storage_version(self) -> str:
@@ -82,5 +87,15 @@ async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> S
     data = await store.get(location.path)
     manifest_file = decode_manifest_file(data)
     check_reader_flags(manifest_file.manifest.reader_feature_flags)
-    validate_manifest(manifest_file.manifest, location.path)
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    if digest not in _VALIDATED:  # the same bytes were checked before: same verdict
+        validate_manifest(manifest_file.manifest, location.path)
+        if len(_VALIDATED) >= 4096:
+            _VALIDATED.clear()
+        _VALIDATED.add(digest)
     return Snapshot(location, manifest_file)
+
+
+#: Digests of manifest files that passed :func:`validate_manifest` (a service reopens the
+#: same versions over and over; checking 100 fragments costs more than the open itself).
+_VALIDATED: set[bytes] = set()

@@ -13,6 +13,7 @@ test is false for every value inside the page's [min, max] bounds and null count
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -248,12 +249,25 @@ def bound_predicate(sql: str, schema: pa.Schema) -> BoundPredicate:
     """The range tests of ``sql`` over ``schema`` (see the module docstring).
 
     The filter must already compile (this does not report errors: anything unusual is
-    UNKNOWN).
+    UNKNOWN). Short filters are remembered (a service repeats its filters).
     """
+    if len(sql) <= _CACHED_SQL_CHARS:
+        return _bound_cached(sql, schema)
+    return _bound(sql, schema)
+
+
+#: Filters up to this long are remembered by :func:`bound_predicate`.
+_CACHED_SQL_CHARS = 4096
+
+
+def _bound(sql: str, schema: pa.Schema) -> BoundPredicate:
     try:
         return _Builder(schema).build(parse_filter(sql, literal_lists=True))
     except InvalidInputError:
         return UNKNOWN
+
+
+_bound_cached = functools.lru_cache(maxsize=512)(_bound)
 
 
 def tested_columns(pred: BoundPredicate) -> set[str]:
