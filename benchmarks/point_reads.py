@@ -36,10 +36,12 @@ from benchmarks.service import COLUMNS, make_table  # noqa: E402
 
 
 class Counter:
-    """Counts data-file ranges and bytes alance's backends are asked for."""
+    """Counts data-file ranges and bytes alance's backends are asked for (read on a thread,
+    or at once from the page cache)."""
 
     def __init__(self) -> None:
         self.ranges = self.bytes = 0
+        self.inside = False
         self._orig = backends.ObstoreBackend.get_ranges
         counter = self
 
@@ -47,9 +49,23 @@ class Counter:
             if "/data/" in key:
                 counter.ranges += len(ranges)
                 counter.bytes += sum(e - s for s, e in ranges)
-            return await counter._orig(self, key, ranges, coalesce)
+            counter.inside = True  # (its own cached read is not counted twice)
+            try:
+                return await counter._orig(self, key, ranges, coalesce)
+            finally:
+                counter.inside = False
 
         backends.ObstoreBackend.get_ranges = counted  # type: ignore[method-assign]
+        cached = backends.ObstoreBackend.read_cached
+
+        def counted_cached(self: Any, key: str, ranges: Any) -> Any:
+            got = cached(self, key, ranges)
+            if got is not None and "/data/" in key and not counter.inside:
+                counter.ranges += len(ranges)
+                counter.bytes += sum(e - s for s, e in ranges)
+            return got
+
+        backends.ObstoreBackend.read_cached = counted_cached  # type: ignore[method-assign]
 
     def reset(self) -> tuple[int, int]:
         out = (self.ranges, self.bytes)
