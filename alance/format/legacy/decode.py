@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from alance.format.arrow_buffers import aligned_buffer
 from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var_binary
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
@@ -150,7 +151,7 @@ def _from_bytes(t: pa.DataType, n: int, data: bytes | memoryview) -> pa.Array:
     if pa.types.is_fixed_size_list(t):
         child = _from_bytes(t.value_type, n * t.list_size, data)
         return pa.FixedSizeListArray.from_arrays(child, type=t)
-    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(data)])
+    return pa.Array.from_buffers(t, n, [None, aligned_buffer(data)])
 
 
 def _from_bits(t: pa.DataType, n: int, bits: np.ndarray) -> pa.Array:

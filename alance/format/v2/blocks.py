@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.format.arrow_buffers import aligned_buffer
 
 
 @dataclass
@@ -288,7 +289,7 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
         if block.item_valid is not None:
             flat = np.broadcast_to(block.item_valid, (n, dim)).reshape(-1)
             cvalid, cnulls = _validity_buffer(flat)
-        child = pa.Array.from_buffers(child_type, n * dim, [cvalid, pa.py_buffer(raw)],
+        child = pa.Array.from_buffers(child_type, n * dim, [cvalid, aligned_buffer(raw)],
                                       null_count=cnulls)
         arr = pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vbuf is None else
                                                 pa.array(~valid))  # type: ignore[operator]
@@ -297,7 +298,7 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
     raw = block.as_bytes()
     if len(raw) != n * width // 8:
         raise CorruptFileError(f"{len(raw)} bytes for {n} values of {dtype}")
-    arr = pa.Array.from_buffers(storage, n, [vbuf, pa.py_buffer(raw)], null_count=nulls)
+    arr = pa.Array.from_buffers(storage, n, [vbuf, aligned_buffer(raw)], null_count=nulls)
     return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
 
 
