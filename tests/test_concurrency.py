@@ -291,3 +291,15 @@ def test_processes_exit_cleanly_after_writes(tmp_path: Path) -> None:
             if proc.returncode != 0:
                 failures.append(_exit_message(proc.returncode, out, err))
     assert not failures, f"{len(failures)} of 20 processes failed: {failures[0]}"
+
+
+def test_backoff_pauses_grow_with_slow_attempts() -> None:
+    """Writers whose attempts take long pause longer than the fixed cap: pausing less than an
+    attempt lasts only collides again."""
+    from alance.dataset.commit import BACKOFF_CAP, backoff_delay
+
+    fast = [backoff_delay(12) for _ in range(200)]
+    slow = [backoff_delay(12, attempt_seconds=2.0) for _ in range(200)]
+    assert max(fast) <= BACKOFF_CAP
+    assert max(slow) > BACKOFF_CAP and max(slow) <= 4.0
+    assert max(backoff_delay(0, attempt_seconds=2.0) for _ in range(50)) <= 0.005

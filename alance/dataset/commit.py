@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
@@ -117,9 +118,14 @@ async def transactions_since(store: DatasetStore, handler: CommitHandler, checke
     return list(zip(versions, found, strict=True))
 
 
-def backoff_delay(attempt: int) -> float:
-    """A random pause before attempt ``attempt + 1`` (full jitter, exponential cap)."""
-    return random.uniform(0, min(BACKOFF_BASE * 2 ** attempt, BACKOFF_CAP))
+def backoff_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
+    """A random pause before attempt ``attempt + 1`` (full jitter, exponential cap).
+
+    The cap grows to twice what one attempt took (``attempt_seconds``): where an attempt is
+    slow (a loaded machine, a distant store), writers that pause less than an attempt lasts
+    keep colliding."""
+    cap = max(BACKOFF_CAP, 2 * attempt_seconds)
+    return random.uniform(0, min(BACKOFF_BASE * 2 ** attempt, cap))
 
 
 async def commit_transaction(
@@ -242,6 +248,7 @@ class _CommitLoop:
         catch_up = base is not None and (await self.handler.latest(self.store)).version > \
             base.version
         for attempt in range(max_retries + 1):
+            started = time.monotonic()
             if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
                 catch_up = False
                 latest = await load_snapshot(self.store, self.handler)
@@ -296,7 +303,7 @@ class _CommitLoop:
                     break
                 # Pause first, then catch up: the newest version is then as fresh as it can be
                 # when the next attempt is made.
-                await asyncio.sleep(backoff_delay(attempt))
+                await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
                 catch_up = True
                 continue
             await _write_hint(self.store, location.version)
