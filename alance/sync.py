@@ -81,6 +81,20 @@ class Scanner:
         """The whole result as one table."""
         return _loop.run(self._async.to_table())
 
+    def to_reader(self) -> pa.RecordBatchReader:
+        """The result as a :class:`pyarrow.RecordBatchReader`: batches are read as the
+        consumer pulls them (memory stays bounded by a few batches)."""
+        return pa.RecordBatchReader.from_batches(self.output_schema, self.to_batches())
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The result as an Arrow C stream (the PyCapsule interface): DuckDB, Polars, pandas
+        and pyarrow read a scanner directly, streaming."""
+        return self.to_reader().__arrow_c_stream__(requested_schema)
+
+    def to_pandas(self, **options: Any) -> Any:
+        """The whole result as a pandas DataFrame (``options`` go to ``Table.to_pandas``)."""
+        return self.to_table().to_pandas(**options)
+
     @property
     def stats(self) -> Any:
         """Counters of what page statistics let the scan skip (see :meth:`explain`)."""
@@ -201,6 +215,24 @@ class LanceDataset:
                             with_row_address, **options).to_batches()
 
     to_batches = scan
+
+    def to_reader(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                  filter: str | pc.Expression | None = None, **options: Any,
+                  ) -> pa.RecordBatchReader:
+        """The rows as a streaming :class:`pyarrow.RecordBatchReader` (scanner options as for
+        :meth:`scanner`)."""
+        return self.scanner(columns, filter, **options).to_reader()
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """Every row as an Arrow C stream (the PyCapsule interface), read as it is consumed:
+        ``duckdb.sql("select ... from ds")``, ``polars.from_arrow(ds)`` and
+        ``pyarrow.RecordBatchReader.from_stream(ds)`` take the dataset directly."""
+        return self.scanner().__arrow_c_stream__(requested_schema)
+
+    def to_pandas(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                  filter: str | pc.Expression | None = None, **options: Any) -> Any:
+        """The rows as a pandas DataFrame (scanner options as for :meth:`scanner`)."""
+        return self.to_table(columns, filter, **options).to_pandas()
 
     def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
