@@ -26,6 +26,8 @@ them, with the original exception chained as ``__cause__``.
 
 from __future__ import annotations
 
+import difflib
+
 
 class AlanceError(Exception):
     """Root of every error alance raises on purpose."""
@@ -120,7 +122,18 @@ class PermissionDeniedError(StoreError, PermissionError):
     """The store refused the credentials or the access (never retried)."""
 
 
+def no_such_column(name: str, names: list[str]) -> InvalidInputError:
+    """The error for a column name that does not exist, suggesting the closest names (in
+    pylance's words: ``No field named 'x'. Did you mean 'y'?``)."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if not close:
+        close = [n for n in names if n.lower() == name.lower()]
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return InvalidInputError(f"No field named {name!r}.{hint} (columns: {names})")
+
+
 __all__ = [
+    "no_such_column",
     "AlanceError",
     "AlreadyExistsError",
     "CommitConflictError",

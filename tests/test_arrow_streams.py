@@ -32,7 +32,7 @@ def test_duckdb_queries_a_dataset_and_a_scanner(uri: str) -> None:
     rows = got.fetchall()
     assert len(rows) == 7 and sum(n for _, n, _ in rows) == ROWS
     assert sum(t for _, _, t in rows) == ROWS * (ROWS - 1) // 2
-    scanner = ds.scanner(columns=["id", "s"], filter="id < 10")
+    scanner = ds.scanner(columns=["id", "s"], filter="id < 10")  # noqa: F841 (used by SQL)
     assert duckdb.sql("select max(id) from scanner").fetchall() == [(9,)]
 
 

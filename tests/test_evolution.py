@@ -126,7 +126,7 @@ async def test_add_columns_errors_leave_nothing_behind(local_uri: str) -> None:
     before = files_of(local_uri)
     with pytest.raises(InvalidInputError, match="already exist"):
         await ds.add_columns({"x": "id"})
-    with pytest.raises(InvalidInputError, match="no column"):
+    with pytest.raises(InvalidInputError, match="No field named"):
         await ds.add_columns({"z": "nope + 1"})
 
     def failing(batch: pa.RecordBatch) -> pa.Table:

@@ -288,7 +288,7 @@ def test_rejects_beyond_pylance(sql: str) -> None:
 
 
 def test_error_messages_are_clear() -> None:
-    with pytest.raises(InvalidInputError, match="no column named 'nope'"):
+    with pytest.raises(InvalidInputError, match="No field named 'nope'"):
         compile_filter("nope = 1", SCHEMA)
     with pytest.raises(InvalidInputError, match="cannot be converted"):
         compile_filter("u8 = 300", SCHEMA)
@@ -429,3 +429,18 @@ def test_other_types_reject_like_pylance(other_dataset: lance.LanceDataset, sql:
         other_dataset.to_table(filter=sql)
     with pytest.raises(InvalidInputError):
         compile_filter(sql, OTHER.schema)
+
+
+async def test_error_messages_suggest_names_and_carry_no_terminal_codes(tmp_path) -> None:
+    import alance
+    from alance.errors import InvalidInputError
+
+    ds = await alance.write_dataset(pa.table({"score": [1, 2], "name": ["a", "b"]}),
+                                    str(tmp_path / "msg"))
+    with pytest.raises(InvalidInputError, match=r"No field named 'scor'\. Did you mean 'score'"):
+        await ds.to_table(filter="scor > 1")
+    with pytest.raises(InvalidInputError, match=r"Did you mean 'name'"):
+        await ds.to_table(columns=["nmae"])
+    with pytest.raises(InvalidInputError) as info:
+        await ds.to_table(filter="score = = 1")
+    assert "\x1b" not in str(info.value) and "cannot parse filter" in str(info.value)

@@ -227,7 +227,7 @@ async def test_error_messages(path: str) -> None:
         await ds.to_table(columns=["pt.nope"])
     with pytest.raises(InvalidInputError, match=r"'x' as 'id \+'.*cannot parse"):
         await ds.to_table(columns={"x": "id +"})
-    with pytest.raises(InvalidInputError, match="no column named 'nope'"):
+    with pytest.raises(InvalidInputError, match="No field named 'nope'"):
         await ds.take([0], {"x": "nope * 2"})
     with pytest.raises(InvalidInputError, match="constant positive"):
         await ds.to_table(columns={"x": "nums[-1]"})

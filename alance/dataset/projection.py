@@ -45,7 +45,7 @@ from pyarrow import acero
 from alance._proto import table_pb2
 from alance.dataset.read import ReadContext, live_rows
 from alance.dataset.row_ids import SYSTEM_COLUMNS, system_columns
-from alance.errors import InvalidInputError
+from alance.errors import InvalidInputError, no_such_column
 from alance.filter import column_path, compile_expression, expression_nullable
 from alance.format.schema import LanceField, LanceSchema, with_extension_type
 
@@ -75,7 +75,7 @@ class _Output:
 def _resolve(schema: LanceSchema, path: Sequence[str], name: str) -> list[LanceField]:
     """The fields along ``path`` (a top-level column, then struct fields), exact names."""
     if path[0] not in schema.names:
-        raise InvalidInputError(f"No field named {name!r}; columns are {schema.names}")
+        raise no_such_column(name, schema.names)
     chain = [schema.field(path[0])]
     for part in path[1:]:
         kids = {c.name: c for c in chain[-1].children} if chain[-1].logical_type == "struct" \

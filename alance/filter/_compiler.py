@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from sqlglot import exp
 
-from alance.errors import InvalidInputError
+from alance.errors import InvalidInputError, no_such_column
 from alance.filter._sql import (
     ARITHMETIC,
     COMPARISONS,
@@ -144,7 +144,7 @@ class Compiler:
             for candidate in names:
                 if candidate.lower() == name.lower():
                     return candidate
-        raise InvalidInputError(f"no column named {name!r}; columns are {names}")
+        raise no_such_column(name, list(names))
 
     # -- dispatch ------------------------------------------------------------------------
 

@@ -304,7 +304,11 @@ def _parse_text(sql: str, original: str) -> exp.Expression:
 
 
 def _shorter(text: str) -> str:
+    text = _ANSI.sub("", text)  # the parser underlines the error with terminal codes
     return text if len(text) <= 2 * _MESSAGE_SQL_CHARS else text[: 2 * _MESSAGE_SQL_CHARS] + "..."
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def parse_filter(sql: str, *, literal_lists: bool = False) -> exp.Expression:

@@ -16,7 +16,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from alance.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from alance.errors import (
+    InvalidInputError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+    no_such_column,
+)
 
 # Field.Type enum values of the protobuf message.
 PARENT, REPEATED, LEAF = 0, 1, 2
@@ -419,7 +424,7 @@ class LanceSchema:
         for f in self.fields:
             if f.name == name:
                 return f
-        raise InvalidInputError(f"no column named {name!r}; columns are {self.names}")
+        raise no_such_column(name, self.names)
 
     def project(self, names: Sequence[str]) -> LanceSchema:
         """A schema holding only the named top-level fields, in the order given."""
