@@ -163,9 +163,31 @@ class LanceDataset:
         """The highest field id in use: in the schema or in any data file (as pylance's)."""
         return self._async.max_field_id
 
-    def get_fragments(self) -> list[table_pb2.DataFragment]:
-        """The fragments of this version."""
-        return self._async.get_fragments()
+    def fragment_protos(self) -> list[table_pb2.DataFragment]:
+        """The fragments of this version as protobuf ``DataFragment`` messages."""
+        return self._async.fragment_protos()
+
+    def get_fragments(self, filter: str | pc.Expression | None = None) -> list[LanceFragment]:
+        """The fragments of this version as :class:`LanceFragment` objects."""
+        return [LanceFragment(f) for f in self._async.get_fragments(filter)]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with this id, or ``None``."""
+        found = self._async.get_fragment(fragment_id)
+        return None if found is None else LanceFragment(found)
+
+    @staticmethod
+    def commit(base_uri: Any, operation: Any, read_version: int | None = None,
+               *args: Any, **kwargs: Any) -> LanceDataset:
+        """Commit a hand-built ``LanceOperation`` or ``Transaction`` (pylance's
+        ``LanceDataset.commit``; see :func:`alance.dataset.manual_commit.commit`)."""
+        return _manual_commit(base_uri, operation, read_version, *args, **kwargs)
+
+    @staticmethod
+    def commit_batch(dest: Any, transactions: Sequence[Any], *args: Any,
+                     **kwargs: Any) -> Any:
+        """Commit several Append transactions as one version (pylance's ``commit_batch``)."""
+        return _manual_commit_batch(dest, transactions, *args, **kwargs)
 
     @property
     def latest_version(self) -> int:
@@ -735,3 +757,23 @@ __all__ = ["AutoCleanupConfig", "ChangeFeed", "DistributedCompaction", "Distribu
            "DistributedUpdate", "DistributedWrite",
            "LanceDataset", "MergeInsertBuilder", "Scanner", "Tags", "open_dataset", "plan_delete",
            "plan_distributed_compaction", "plan_update", "plan_write", "write_dataset"]
+
+
+# The fragment and manual-commit API (alance.sync_fragment imports this module: import last).
+from alance.dataset.fragment_meta import (  # noqa: E402
+    DataFile,
+    DeletionFile,
+    FragmentMetadata,
+    RowIdMeta,
+)
+from alance.dataset.lance_operation import LanceOperation, Transaction  # noqa: E402
+from alance.sync_fragment import (  # noqa: E402
+    BulkCommitResult,
+    LanceFragment,
+    write_fragments,
+)
+from alance.sync_fragment import commit as _manual_commit  # noqa: E402
+from alance.sync_fragment import commit_batch as _manual_commit_batch  # noqa: E402
+
+__all__ += ["BulkCommitResult", "DataFile", "DeletionFile", "FragmentMetadata", "LanceFragment",
+            "LanceOperation", "RowIdMeta", "Transaction", "write_fragments"]

@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +66,7 @@ from alance.errors import (
     InvalidInputError,
     NotFoundError,
     UnrepresentableValueError,
+    UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
@@ -73,6 +74,9 @@ from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_append, new_overwrite
+
+if TYPE_CHECKING:
+    from alance.dataset.fragment import LanceFragment
 
 WriteMode = Literal["create", "append", "overwrite"]
 
@@ -156,9 +160,25 @@ class LanceDataset:
         """The highest field id in use: in the schema or in any data file (as pylance's)."""
         return evolution.manifest_max_field_id(self._snapshot.manifest)
 
-    def get_fragments(self) -> list[table_pb2.DataFragment]:
-        """The fragments of this version (protobuf ``DataFragment`` messages)."""
+    def fragment_protos(self) -> list[table_pb2.DataFragment]:
+        """The fragments of this version as protobuf ``DataFragment`` messages."""
         return self._snapshot.fragments
+
+    def get_fragments(self, filter: str | pc.Expression | None = None) -> list[LanceFragment]:
+        """The fragments of this version as :class:`~alance.dataset.fragment.LanceFragment`
+        objects (as pylance; ``filter`` is not supported and must be ``None``)."""
+        from alance.dataset.fragment import LanceFragment
+        if filter is not None:
+            raise UnsupportedFeatureError("get_fragments(filter=...) is not supported")
+        return [LanceFragment(self, fragment=f) for f in self._snapshot.fragments]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with this id, or ``None`` (as pylance)."""
+        from alance.dataset.fragment import LanceFragment
+        for f in self._snapshot.fragments:
+            if f.id == fragment_id:
+                return LanceFragment(self, fragment=f)
+        return None
 
     async def latest_version(self) -> int:
         """The newest committed version number of the dataset."""

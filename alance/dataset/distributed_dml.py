@@ -98,8 +98,8 @@ class DistributedDelete:
             return DeletionPart()
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         ctx = ReadContext(store, self.snapshot)
-        addresses = await _addresses(ctx, self.predicate, ids)
-        by_fragment = split_addresses(addresses)
+        addresses = await fragment_addresses(ctx, self.predicate, ids)
+        by_fragment = splitfragment_addresses(addresses)
         written = WrittenFiles()
         try:
             updated, removed = await apply_deletions(ctx, by_fragment, written)
@@ -177,7 +177,7 @@ def _merged(parts: list[DeletionPart],
     return updated, removed, affected, written
 
 
-async def _addresses(ctx: ReadContext, predicate: str | pc.Expression, ids: list[int],
+async def fragment_addresses(ctx: ReadContext, predicate: str | pc.Expression, ids: list[int],
                      ) -> np.ndarray:
     """Row addresses (uint64) of the live rows of fragments ``ids`` matching ``predicate``."""
     scanner = Scanner(ctx, columns=[], filter=predicate, with_row_address=True, fragments=ids)
@@ -264,7 +264,7 @@ class DistributedUpdate:
         fragments = await write_rows(ctx, new_rows())
         written = WrittenFiles()
         try:
-            by_fragment = split_addresses(np.concatenate(addresses) if addresses
+            by_fragment = splitfragment_addresses(np.concatenate(addresses) if addresses
                                           else np.empty(0, np.uint64))
             updated, removed = await apply_deletions(ctx, by_fragment, written)
         except BaseException:
