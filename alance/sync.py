@@ -767,6 +767,11 @@ from alance.dataset.fragment_meta import (  # noqa: E402
     RowIdMeta,
 )
 from alance.dataset.lance_operation import LanceOperation, Transaction  # noqa: E402
+from alance.dataset.progress import (  # noqa: E402
+    FileSystemFragmentWriteProgress,
+    FragmentWriteProgress,
+    NoopFragmentWriteProgress,
+)
 from alance.sync_fragment import (  # noqa: E402
     BulkCommitResult,
     LanceFragment,
@@ -775,5 +780,7 @@ from alance.sync_fragment import (  # noqa: E402
 from alance.sync_fragment import commit as _manual_commit  # noqa: E402
 from alance.sync_fragment import commit_batch as _manual_commit_batch  # noqa: E402
 
-__all__ += ["BulkCommitResult", "DataFile", "DeletionFile", "FragmentMetadata", "LanceFragment",
+__all__ += ["BulkCommitResult", "DataFile", "DeletionFile", "FileSystemFragmentWriteProgress",
+            "FragmentMetadata", "FragmentWriteProgress", "LanceFragment",
+            "NoopFragmentWriteProgress",
             "LanceOperation", "RowIdMeta", "Transaction", "write_fragments"]

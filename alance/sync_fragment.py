@@ -115,6 +115,16 @@ class LanceFragment:
         """Rows by position within the fragment."""
         return _loop.run(self._async.take(indices, columns))
 
+    def merge(self, data_obj: Any, left_on: str, right_on: str | None = None,
+              schema: pa.Schema | None = None) -> tuple[FragmentMetadata, Any]:
+        """Add columns by a left join, uncommitted: (new metadata, new schema)."""
+        return _loop.run(self._async.merge(data_obj, left_on, right_on, schema))
+
+    def update_columns(self, value_obj: Any, left_on: str = "_rowid",
+                       right_on: str | None = None) -> tuple[FragmentMetadata, list[int]]:
+        """Replace values of existing columns, uncommitted: (new metadata, field ids)."""
+        return _loop.run(self._async.update_columns(value_obj, left_on, right_on))
+
     def delete(self, predicate: str) -> FragmentMetadata | None:
         """Delete matching rows, uncommitted: the new metadata, or ``None`` if all are gone."""
         return _loop.run(self._async.delete(predicate))

@@ -52,6 +52,7 @@ from alance.dataset.distributed_staging import (
 from alance.dataset.inputs import record_batch_stream, regroup
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import (
+    FileEvents,
     WriteParams,
     delete_fragment_files,
     file_version_of,
@@ -151,6 +152,7 @@ class DistributedWrite:
                                     tuple(f.SerializeToString() for f in fragments), rows)
 
     async def write_to(self, store: DatasetStore, data: Any, schema: pa.Schema | None = None,
+                       events: FileEvents | None = None,
                        ) -> tuple[list[table_pb2.DataFragment], int]:
         """Write ``data`` as :meth:`write` does, through ``store``, with no staging records:
         the fragments (ids unassigned) and the number of rows. Nothing is committed."""
@@ -170,7 +172,8 @@ class DistributedWrite:
                 yield out
 
         fragments = await write_fragments(store, self.schema, conformed(), self.params, {},
-                                          storage_version=self.data_storage_version)
+                                          storage_version=self.data_storage_version,
+                                          events=events)
         return fragments, counted[0]
 
     def _collect(self, parts: Iterable[UncommittedFragments | None],

@@ -10,6 +10,7 @@ with a ``LanceOperation.Delete``). :func:`write_fragments` writes data files for
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -22,14 +23,21 @@ from alance.dataset.dataset import LanceDataset
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.distributed import planned_write
 from alance.dataset.distributed_dml import fragment_addresses
+from alance.dataset.fragment_columns import merge_fragment, update_fragment_columns
 from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.dataset.read import live_rows
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import WriteParams
-from alance.errors import DatasetNotFoundError, InvalidInputError, UnsupportedFeatureError
+from alance.errors import (
+    DatasetNotFoundError,
+    EmptyWriteError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from alance.format.feature_flags import check_writer_flags
+from alance.format.schema import LanceSchema
 from alance.io.uri import open_store
 
 __all__ = ["LanceFragment", "write_fragments"]
@@ -160,6 +168,28 @@ class LanceFragment:
         return FragmentMetadata.from_proto(updated[0]) if updated else None
 
 
+    async def merge(self, data_obj: Any, left_on: str, right_on: str | None = None,
+                    schema: pa.Schema | None = None) -> tuple[FragmentMetadata, LanceSchema]:
+        """Add the columns of ``data_obj`` to this fragment (left join), uncommitted.
+
+        Returns the new metadata and the dataset schema with the new columns: commit both
+        (for every fragment) with ``LanceOperation.Merge``."""
+        out, merged = await merge_fragment(self._ds._ctx, self._proto, data_obj, left_on,
+                                           right_on, schema)
+        return FragmentMetadata.from_proto(out), merged
+
+    async def update_columns(self, value_obj: Any, left_on: str = "_rowid",
+                             right_on: str | None = None,
+                             ) -> tuple[FragmentMetadata, list[int]]:
+        """Replace values of existing columns in the rows matched by ``left_on`` =
+        ``right_on``, uncommitted. Returns the new metadata and the modified field ids
+        (commit them with ``LanceOperation.Update(updated_fragments=...,
+        fields_modified=...)``)."""
+        out, ids = await update_fragment_columns(self._ds._ctx, self._proto, value_obj,
+                                                 left_on, right_on)
+        return FragmentMetadata.from_proto(out), ids
+
+
 def _reopen(dataset: LanceDataset, fragment: bytes) -> LanceFragment:
     return LanceFragment(dataset, fragment=table_pb2.DataFragment.FromString(fragment))
 
@@ -172,7 +202,8 @@ async def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None 
                           progress: Any = None, data_storage_version: str | None = None,
                           use_legacy_format: bool | None = None,
                           storage_options: Mapping[str, Any] | None = None,
-                          enable_stable_row_ids: bool = False, **kwargs: Any,
+                          enable_stable_row_ids: bool = False, fragment_id: int = 0,
+                          **kwargs: Any,
                           ) -> list[FragmentMetadata] | Transaction:
     """Write ``data`` into new fragments of the dataset at ``dataset_uri``, uncommitted.
 
@@ -200,15 +231,16 @@ async def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None 
         from alance.dataset.inputs import record_batch_stream  # peek the data's schema
         arrow_schema, stream = await record_batch_stream(data)
         data = _resumed(stream)
+    if len(arrow_schema) == 0:
+        raise EmptyWriteError("write_fragments: the data has no columns")
     params = WriteParams(max_rows_per_file, max_rows_per_group or 1024, max_bytes_per_file)
     plan = planned_write(base, uri, "append" if mode == "append" else "overwrite",
                          arrow_schema, options, params, None, data_storage_version)
-    if progress is not None:
-        _call(progress, "begin")
-    fragments, _rows = await plan.write_to(store, data, arrow_schema)
-    if progress is not None:
-        _call(progress, "complete")
+    events = _Progress(progress, fragment_id, plan.schema.field_ids()) if progress else None
+    fragments, _rows = await plan.write_to(store, data, arrow_schema, events)
     metas = [FragmentMetadata.from_proto(f) for f in fragments]
+    for meta in metas:
+        meta.id = fragment_id
     if not return_transaction:
         return metas
     read_version = base.version if base is not None else 0
@@ -225,10 +257,23 @@ async def _resumed(stream: AsyncIterator[pa.RecordBatch]) -> AsyncIterator[pa.Re
         yield batch
 
 
-def _call(progress: Any, hook: str) -> None:
-    fn = getattr(progress, hook, None)
-    if callable(fn):
-        fn(None)
+class _Progress:
+    """Forwards :class:`~alance.dataset.write.FileEvents` to pylance-style progress hooks
+    (``begin``/``complete`` with :class:`FragmentMetadata`), run off the event loop."""
+
+    def __init__(self, progress: Any, fragment_id: int, field_ids: list[int]) -> None:
+        self._progress = progress
+        self._id = fragment_id
+        self._fields = field_ids
+
+    async def opened(self, name: str) -> None:
+        meta = FragmentMetadata(self._id, [DataFile(name, self._fields)], 0)
+        await asyncio.to_thread(self._progress.begin, meta)
+
+    async def finished(self, fragment: table_pb2.DataFragment) -> None:
+        meta = FragmentMetadata.from_proto(fragment)
+        meta.id = self._id
+        await asyncio.to_thread(self._progress.complete, meta)
 
 
 async def _latest(target: Any, store: Any, uri: str, options: Mapping[str, Any],
@@ -247,14 +292,12 @@ async def create_fragment(dataset_uri: Any, data: Any, fragment_id: int | None =
     """Write ``data`` as ONE new uncommitted fragment (pylance's ``LanceFragment.create``)."""
     kwargs.setdefault("max_rows_per_file", 2**62)
     kwargs.setdefault("max_bytes_per_file", 2**62)
-    metas = await write_fragments(data, dataset_uri, schema, **kwargs)
+    metas = await write_fragments(data, dataset_uri, schema, fragment_id=fragment_id or 0,
+                                  **kwargs)
     assert isinstance(metas, list)
     if len(metas) != 1:
-        raise InvalidInputError("LanceFragment.create needs rows to write")
-    meta = metas[0]
-    if fragment_id is not None:
-        meta.id = int(fragment_id)
-    return meta
+        raise EmptyWriteError("LanceFragment.create needs at least one row to write")
+    return metas[0]
 
 
 __all__ += ["DeletionFile", "create_fragment"]
