@@ -774,13 +774,16 @@ from alance.dataset.progress import (  # noqa: E402
 )
 from alance.sync_fragment import (  # noqa: E402
     BulkCommitResult,
+    FragmentSession,
     LanceFragment,
+    format_fragment,
     write_fragments,
 )
 from alance.sync_fragment import commit as _manual_commit  # noqa: E402
 from alance.sync_fragment import commit_batch as _manual_commit_batch  # noqa: E402
 
 __all__ += ["BulkCommitResult", "DataFile", "DeletionFile", "FileSystemFragmentWriteProgress",
-            "FragmentMetadata", "FragmentWriteProgress", "LanceFragment",
+            "FragmentMetadata", "FragmentSession", "FragmentWriteProgress", "LanceFragment",
+            "format_fragment",
             "NoopFragmentWriteProgress",
             "LanceOperation", "RowIdMeta", "Transaction", "write_fragments"]

@@ -20,7 +20,7 @@ from alance.dataset.fragment_meta import DataFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.sync import LanceDataset, Scanner, _iterate
 
-__all__ = ["BulkCommitResult", "LanceFragment", "commit", "commit_batch", "write_fragments"]
+__all__ = ["BulkCommitResult", "FragmentSession", "LanceFragment", "format_fragment", "commit", "commit_batch", "write_fragments"]
 
 
 class LanceFragment:
@@ -125,9 +125,30 @@ class LanceFragment:
         """Replace values of existing columns, uncommitted: (new metadata, field ids)."""
         return _loop.run(self._async.update_columns(value_obj, left_on, right_on))
 
+    def open_session(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                     with_row_address: bool | None = None) -> FragmentSession:
+        """A session for repeated takes of the same columns."""
+        return FragmentSession(self._async.open_session(columns, with_row_address))
+
     def delete(self, predicate: str) -> FragmentMetadata | None:
         """Delete matching rows, uncommitted: the new metadata, or ``None`` if all are gone."""
         return _loop.run(self._async.delete(predicate))
+
+
+class FragmentSession:
+    """Blocking twin of :class:`alance.dataset.fragment.FragmentSession`."""
+
+    def __init__(self, session: _fragment.FragmentSession) -> None:
+        self._async = session
+
+    def take(self, indices: Sequence[int] | Any) -> pa.Table:
+        """Rows by position within the fragment."""
+        return _loop.run(self._async.take(indices))
+
+
+def format_fragment(fragment: Any, dataset: Any) -> str:
+    """pylance's ``lance.debug.format_fragment``."""
+    return _fragment.format_fragment(fragment, getattr(dataset, "_async", dataset))
 
 
 def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None = None,

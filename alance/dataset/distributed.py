@@ -166,7 +166,8 @@ class DistributedWrite:
         counted = [0]
 
         async def conformed() -> AsyncIterator[pa.RecordBatch]:
-            async for batch in regroup(batches, self.params.rows_per_chunk):
+            async for batch in regroup(batches, self.params.rows_per_chunk,
+                                       self.params.max_bytes_per_file):
                 out = conform_batch(batch, target)
                 counted[0] += out.num_rows
                 yield out

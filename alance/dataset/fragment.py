@@ -40,7 +40,7 @@ from alance.format.feature_flags import check_writer_flags
 from alance.format.schema import LanceSchema
 from alance.io.uri import open_store
 
-__all__ = ["LanceFragment", "write_fragments"]
+__all__ = ["FragmentSession", "LanceFragment", "format_fragment", "write_fragments"]
 
 
 class LanceFragment:
@@ -152,6 +152,16 @@ class LanceFragment:
             raise IndexError(f"indices {bad[:5]} out of range for a fragment of {total} rows")
         return await self._ds.take([before + i for i in positions], columns)
 
+    def open_session(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                     with_row_address: bool | None = None) -> FragmentSession:
+        """A session for repeated takes of the same columns from this fragment."""
+        return FragmentSession(self, columns, bool(with_row_address))
+
+    async def row_addresses(self, indices: Sequence[int] | Any) -> pa.Array:
+        """The row addresses of live rows by position within this fragment."""
+        table = await self.to_table(columns=[], with_row_address=True)
+        return table.column("_rowaddr").take(pa.array([int(i) for i in indices], pa.int64()))
+
     async def delete(self, predicate: str) -> FragmentMetadata | None:
         """Delete the rows matching ``predicate`` from this fragment, uncommitted.
 
@@ -188,6 +198,35 @@ class LanceFragment:
         out, ids = await update_fragment_columns(self._ds._ctx, self._proto, value_obj,
                                                  left_on, right_on)
         return FragmentMetadata.from_proto(out), ids
+
+
+class FragmentSession:
+    """Repeated takes of fixed columns from one fragment (pylance's ``FragmentSession``)."""
+
+    def __init__(self, fragment: LanceFragment,
+                 columns: Sequence[str] | Mapping[str, str] | None,
+                 with_row_address: bool) -> None:
+        self.fragment = fragment
+        self.columns = columns
+        self.with_row_address = with_row_address
+
+    async def take(self, indices: Sequence[int] | Any) -> pa.Table:
+        """Rows by position within the fragment (with ``_rowaddr`` if asked for)."""
+        positions = [int(i) for i in indices]
+        table = await self.fragment.take(positions, self.columns)
+        if self.with_row_address:
+            table = table.append_column(
+                pa.field("_rowaddr", pa.uint64()),
+                await self.fragment.row_addresses(positions))
+        return table
+
+
+def format_fragment(fragment: Any, dataset: LanceDataset) -> str:
+    """A readable dump of a fragment's metadata (pylance's ``lance.debug.format_fragment``)."""
+    from google.protobuf import text_format
+    meta = getattr(fragment, "metadata", fragment)
+    proto = meta.to_proto() if isinstance(meta, FragmentMetadata) else meta
+    return text_format.MessageToString(proto)
 
 
 def _reopen(dataset: LanceDataset, fragment: bytes) -> LanceFragment:
