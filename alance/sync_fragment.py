@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +20,8 @@ from alance.dataset.fragment_meta import DataFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.sync import LanceDataset, Scanner, _iterate
 
-__all__ = ["BulkCommitResult", "FragmentSession", "LanceFragment", "format_fragment", "commit", "commit_batch", "write_fragments"]
+__all__ = ["BulkCommitResult", "FragmentSession", "LanceFragment", "commit", "commit_batch",
+           "format_fragment", "write_fragments"]
 
 
 class LanceFragment:
@@ -32,8 +33,7 @@ class LanceFragment:
         if isinstance(dataset, _fragment.LanceFragment):
             self._async = dataset
         else:
-            self._async = _fragment.LanceFragment(getattr(dataset, "_async", dataset),
-                                                  fragment_id, **kwargs)
+            self._async = _fragment.LanceFragment(dataset._async, fragment_id, **kwargs)
 
     def __repr__(self) -> str:
         return repr(self._async)
@@ -120,6 +120,13 @@ class LanceFragment:
         """Add columns by a left join, uncommitted: (new metadata, new schema)."""
         return _loop.run(self._async.merge(data_obj, left_on, right_on, schema))
 
+    def merge_columns(self, value_func: Any, columns: Sequence[str] | None = None,
+                      batch_size: int | None = None, reader_schema: pa.Schema | None = None,
+                      ) -> tuple[FragmentMetadata, Any]:
+        """Add computed columns, uncommitted: (new metadata, new schema)."""
+        return _loop.run(self._async.merge_columns(value_func, columns, batch_size,
+                                                   reader_schema))
+
     def update_columns(self, value_obj: Any, left_on: str = "_rowid",
                        right_on: str | None = None) -> tuple[FragmentMetadata, list[int]]:
         """Replace values of existing columns, uncommitted: (new metadata, field ids)."""
@@ -151,10 +158,20 @@ def format_fragment(fragment: Any, dataset: Any) -> str:
     return _fragment.format_fragment(fragment, getattr(dataset, "_async", dataset))
 
 
-def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None = None,
+@overload
+def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None = None, *,
+                    return_transaction: Literal[False] = False,
+                    **kwargs: Any) -> list[FragmentMetadata]: ...
+@overload
+def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None = None, *,
+                    return_transaction: Literal[True], **kwargs: Any) -> Transaction: ...
+def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None = None, *,
+                    return_transaction: bool = False,
                     **kwargs: Any) -> list[FragmentMetadata] | Transaction:
     """Blocking :func:`alance.dataset.fragment.write_fragments`."""
-    return _loop.run(_fragment.write_fragments(data, dataset_uri, schema, **kwargs))
+    return _loop.run(_fragment.write_fragments(data, dataset_uri, schema,
+                                               return_transaction=return_transaction,
+                                               **kwargs))
 
 
 def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transaction,
@@ -166,10 +183,15 @@ def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transaction,
 
 @dataclass
 class BulkCommitResult:
-    """What ``LanceDataset.commit_batch`` returns."""
+    """What ``LanceDataset.commit_batch`` returns (attributes, or keys as pylance's dict)."""
 
     dataset: LanceDataset
     merged: Transaction
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in ("dataset", "merged"):
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 def commit_batch(dest: Any, transactions: Sequence[Transaction], *args: Any,

@@ -13,7 +13,12 @@ import pytest
 import alance
 from alance import sync as al
 from alance.dataset import manual_commit
-from alance.errors import CommitConflictError, DatasetNotFoundError, UnsupportedFeatureError
+from alance.errors import (
+    CommitConflictError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 
@@ -47,7 +52,10 @@ def test_operations_pickle_and_reject_wrong_types() -> None:
 def test_append_needs_a_dataset(tmp_path: Path) -> None:
     frags = al.write_fragments(_ids(0, 3), tmp_path / "a")
     with pytest.raises(DatasetNotFoundError):
-        al.LanceDataset.commit(tmp_path / "b", al.LanceOperation.Append(frags))
+        al.LanceDataset.commit(tmp_path / "b", al.LanceOperation.Append(frags),
+                               read_version=1)
+    with pytest.raises(InvalidInputError, match="read_version"):
+        al.LanceDataset.commit(tmp_path / "a", al.LanceOperation.Append(frags))
 
 
 def test_stale_conflicting_commit_raises_and_publishes_nothing(local_uri: str) -> None:
@@ -117,3 +125,17 @@ async def test_async_commit(local_uri: str) -> None:
     with pytest.raises(UnsupportedFeatureError):
         await manual_commit.commit(local_uri, al.LanceOperation.Append(frags), 1,
                                    detached=True)
+
+
+def test_fragment_merge_columns_and_batch_result_keys(local_uri: str) -> None:
+    ds = al.write_dataset(_ids(0, 4), local_uri)
+    meta, schema = ds.get_fragments()[0].merge_columns({"double": "id * 2"})
+    ds = al.LanceDataset.commit(local_uri, al.LanceOperation.Merge([meta], schema),
+                                read_version=ds.version)
+    assert lance.dataset(local_uri).to_table()["double"].to_pylist() == [0, 2, 4, 6]
+    txn = al.write_fragments(pa.table({"id": [4], "double": [8]}), local_uri,
+                             return_transaction=True)
+    result = al.LanceDataset.commit_batch(local_uri, [txn])
+    assert result["dataset"].version == result.dataset.version == ds.version + 1
+    with pytest.warns(DeprecationWarning):
+        assert meta.files[0].path() == meta.files[0].path  # type: ignore[operator]

@@ -32,7 +32,8 @@ def test_get_fragments_returns_fragment_objects(local_uri: str) -> None:
     assert frags[2].to_table(columns=["id"])["id"].to_pylist() == list(range(80, 100))
     assert frags[1].take([0, 39], columns=["id"])["id"].to_pylist() == [40, 79]
     assert frags[1].head(2)["id"].to_pylist() == [40, 41]
-    assert ds.get_fragment(2).fragment_id == 2 and ds.get_fragment(9) is None
+    second = ds.get_fragment(2)
+    assert second is not None and second.fragment_id == 2 and ds.get_fragment(9) is None
     assert frags[0].data_files()[0].path == ds.fragment_protos()[0].files[0].path
     assert frags[0].deletion_file() is None
     # the same answers as pylance's fragments of the same dataset
@@ -144,8 +145,9 @@ def test_fragment_merge_and_update_columns(local_uri: str) -> None:
     ds = al.LanceDataset.commit(local_uri, al.LanceOperation.Merge(merged, schema),
                                 read_version=ds.version)
     assert lance.dataset(local_uri).to_table()["x"].to_pylist() == [0, 10, 20, 30, 40, 50]
-    frag = ds.get_fragment(1)
-    meta, fields = frag.update_columns(pa.table({"_rowid": pa.array([(1 << 32) + 1],
+    one = ds.get_fragment(1)
+    assert one is not None
+    meta, fields = one.update_columns(pa.table({"_rowid": pa.array([(1 << 32) + 1],
                                                                     pa.uint64()),
                                                  "s": ["changed"]}))
     assert fields == [ds.lance_schema.field("s").id]
@@ -155,4 +157,4 @@ def test_fragment_merge_and_update_columns(local_uri: str) -> None:
     assert lance.dataset(local_uri).to_table()["s"].to_pylist() == [
         "v0", "v1", "v2", "v3", "changed", "v5"]
     with pytest.raises(InvalidInputError, match="does not exist"):
-        frag.update_columns(pa.table({"_rowid": pa.array([0], pa.uint64()), "nope": [1]}))
+        one.update_columns(pa.table({"_rowid": pa.array([0], pa.uint64()), "nope": [1]}))

@@ -99,7 +99,7 @@ class DistributedDelete:
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         ctx = ReadContext(store, self.snapshot)
         addresses = await fragment_addresses(ctx, self.predicate, ids)
-        by_fragment = splitfragment_addresses(addresses)
+        by_fragment = split_addresses(addresses)
         written = WrittenFiles()
         try:
             updated, removed = await apply_deletions(ctx, by_fragment, written)
@@ -264,7 +264,7 @@ class DistributedUpdate:
         fragments = await write_rows(ctx, new_rows())
         written = WrittenFiles()
         try:
-            by_fragment = splitfragment_addresses(np.concatenate(addresses) if addresses
+            by_fragment = split_addresses(np.concatenate(addresses) if addresses
                                           else np.empty(0, np.uint64))
             updated, removed = await apply_deletions(ctx, by_fragment, written)
         except BaseException:

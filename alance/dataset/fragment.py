@@ -23,7 +23,11 @@ from alance.dataset.dataset import LanceDataset
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.distributed import planned_write
 from alance.dataset.distributed_dml import fragment_addresses
-from alance.dataset.fragment_columns import merge_fragment, update_fragment_columns
+from alance.dataset.fragment_columns import (
+    merge_fragment,
+    merge_fragment_columns,
+    update_fragment_columns,
+)
 from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.dataset.read import live_rows
@@ -186,6 +190,19 @@ class LanceFragment:
         (for every fragment) with ``LanceOperation.Merge``."""
         out, merged = await merge_fragment(self._ds._ctx, self._proto, data_obj, left_on,
                                            right_on, schema)
+        return FragmentMetadata.from_proto(out), merged
+
+    async def merge_columns(self, value_func: Any, columns: Sequence[str] | None = None,
+                            batch_size: int | None = None,
+                            reader_schema: pa.Schema | None = None,
+                            ) -> tuple[FragmentMetadata, LanceSchema]:
+        """Add computed columns to this fragment, uncommitted (``value_func`` as
+        :meth:`LanceDataset.add_columns` takes it). Returns the new metadata and the schema
+        with the new columns: commit them with ``LanceOperation.Merge``."""
+        if reader_schema is not None and callable(value_func):
+            value_func.output_schema = reader_schema  # type: ignore[attr-defined]
+        out, merged = await merge_fragment_columns(self._ds._ctx, self._proto, value_func,
+                                                   columns, batch_size)
         return FragmentMetadata.from_proto(out), merged
 
     async def update_columns(self, value_obj: Any, left_on: str = "_rowid",

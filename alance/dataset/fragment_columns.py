@@ -10,20 +10,27 @@ commits the returned metadata with ``LanceOperation.Merge`` / ``LanceOperation.U
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
-from alance.dataset.backfill import Backfill, check_new_fields, check_writable_files
-from alance.dataset.evolution import _as_table, _new_fields
+from alance.dataset.backfill import (
+    Backfill,
+    check_new_fields,
+    check_writable_files,
+    only_new_files,
+)
+from alance.dataset.evolution import _as_table, _new_fields, plan_columns
 from alance.dataset.read import TOMBSTONE_FIELD_ID, ReadContext
 from alance.dataset.row_ids import ROW_ID, SYSTEM_COLUMNS
+from alance.dataset.write import delete_fragment_files
 from alance.errors import InvalidInputError, SchemaMismatchError
 from alance.format.schema import LanceField, LanceSchema
 
-__all__ = ["merge_fragment", "update_fragment_columns"]
+__all__ = ["merge_fragment", "merge_fragment_columns", "update_fragment_columns"]
 
 
 def _keys(table: pa.Table, right_on: str, key_type: pa.DataType) -> pa.Array:
@@ -68,6 +75,31 @@ async def merge_fragment(ctx: ReadContext, fragment: table_pb2.DataFragment, dat
 
     out = await Backfill(ctx, read_fields, system, join, new_fields).run_fragment(fragment)
     base = ctx.snapshot.schema
+    merged = LanceSchema(copy.deepcopy(base.fields) + new_fields.fields, dict(base.metadata))
+    return out, merged
+
+
+async def merge_fragment_columns(ctx: ReadContext, fragment: table_pb2.DataFragment,
+                                 value_func: Any, columns: Sequence[str] | None = None,
+                                 batch_size: int | None = None,
+                                 ) -> tuple[table_pb2.DataFragment, LanceSchema]:
+    """Add computed columns to ``fragment`` (``value_func`` as ``add_columns`` takes it): the
+    fragment with one more data file, and the dataset schema with the new columns."""
+    planned = await plan_columns(ctx, value_func, columns, batch_size)
+    base = ctx.snapshot.schema
+    if isinstance(planned, LanceSchema):  # all-null columns: nothing to write
+        out = table_pb2.DataFragment()
+        out.CopyFrom(fragment)
+        new_fields = planned
+    else:
+        backfill, new_fields, in_order = planned
+        out = await backfill.run_fragment(fragment)
+        if in_order is not None:
+            try:
+                await in_order.check_exhausted()
+            except InvalidInputError:
+                await delete_fragment_files(ctx.store, [only_new_files(fragment, out)])
+                raise
     merged = LanceSchema(copy.deepcopy(base.fields) + new_fields.fields, dict(base.metadata))
     return out, merged
 

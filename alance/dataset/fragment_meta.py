@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,20 @@ __all__ = ["DataFile", "DeletionFile", "FragmentMetadata", "RowIdMeta"]
 _DELETION_TYPES = {"array": table_pb2.DeletionFile.ARROW_ARRAY,
                    "bitmap": table_pb2.DeletionFile.BITMAP}
 _DELETION_NAMES = {v: k for k, v in _DELETION_TYPES.items()}
+
+
+class _CallablePath(str):
+    """A ``str`` that can also be called (pylance's ``DataFile.path()`` was a method)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        warnings.warn("DataFile.path() is deprecated, use DataFile.path",
+                      DeprecationWarning, stacklevel=2)
+        return str(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (str(self),))
 
 
 class DataFile:
@@ -44,8 +59,9 @@ class DataFile:
 
     @property
     def path(self) -> str:
-        """The file's path relative to the dataset's ``data/`` directory."""
-        return self._path
+        """The file's path relative to the dataset's ``data/`` directory (a string; calling
+        it, pylance's old spelling ``path()``, still works with a DeprecationWarning)."""
+        return _CallablePath(self._path)
 
     def asdict(self) -> dict[str, Any]:
         """The JSON form pylance uses."""
@@ -262,7 +278,7 @@ class FragmentMetadata:
 def _version_meta(msg: table_pb2.DataFragment, kind: str) -> tuple[Any, ...] | None:
     """A fragment's per-row version sequence, kept opaque: ``("inline", bytes)`` or
     ``("external", path, offset, size)`` (carried through unchanged, never interpreted)."""
-    which = msg.WhichOneof(f"{kind}_version_sequence")  # type: ignore[arg-type]
+    which = msg.WhichOneof(f"{kind}_version_sequence")  # type: ignore[call-overload]
     if which is None:
         return None
     value = getattr(msg, which)

@@ -9,6 +9,7 @@ the same messages, conflict checks and commit path as every other alance commit.
 from __future__ import annotations
 
 import uuid as uuidlib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +158,10 @@ class LanceOperation:
 
         def __post_init__(self) -> None:
             self.fragments = list(self.fragments)
+            if isinstance(self.schema, pa.Schema):
+                warnings.warn("LanceOperation.Merge with a pyarrow.Schema is deprecated: pass "
+                              "the LanceSchema that fragment merges return",
+                              DeprecationWarning, stacklevel=3)
 
         def _to_txn(self, read_version: int, base: LanceSchema | None,
                     max_field_id: int) -> transaction_pb2.Transaction:

@@ -65,6 +65,9 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
         properties["transaction_message"] = commit_message
     if not isinstance(operation, LanceOperation.BaseOperation):
         raise TypeError(f"operation must be a LanceOperation, got {type(operation).__name__}")
+    if read_version is None and not isinstance(operation, LanceOperation.Overwrite):
+        raise InvalidInputError(f"{type(operation).__name__} needs the read_version it was "
+                                "built from (only Overwrite can do without)")
     store, handler = _destination(os.fspath(base_uri) if isinstance(base_uri, os.PathLike)
                                   else base_uri, storage_options, None)
     if commit_lock is not None:
@@ -93,10 +96,16 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
 
 @dataclass
 class BulkCommitResult:
-    """What :func:`commit_batch` returns: the new version and the one transaction committed."""
+    """What :func:`commit_batch` returns: the new version and the one transaction committed
+    (read as attributes, or as keys like pylance's dict: ``result["dataset"]``)."""
 
     dataset: LanceDataset
     merged: Transaction
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in ("dataset", "merged"):
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 async def commit_batch(dest: Any, transactions: Sequence[Transaction],
