@@ -195,6 +195,14 @@ class LanceDataset:
         pylance)."""
         return _loop.run(self._async.latest_version())
 
+    def read_transaction(self, version: int) -> Any:
+        """Blocking :meth:`alance.LanceDataset.read_transaction`."""
+        return _loop.run(self._async.read_transaction(version))
+
+    def get_transactions(self, recent_transactions: int = 10) -> list[Any]:
+        """Blocking :meth:`alance.LanceDataset.get_transactions`."""
+        return _loop.run(self._async.get_transactions(recent_transactions))
+
     def versions(self) -> list[dict[str, Any]]:
         """Every version with its timestamp, oldest first."""
         return _loop.run(self._async.versions())
@@ -766,7 +774,11 @@ from alance.dataset.fragment_meta import (  # noqa: E402
     FragmentMetadata,
     RowIdMeta,
 )
-from alance.dataset.lance_operation import LanceOperation, Transaction  # noqa: E402
+from alance.dataset.lance_operation import (  # noqa: E402
+    LANCE_COMMIT_MESSAGE_KEY,
+    LanceOperation,
+    Transaction,
+)
 from alance.dataset.progress import (  # noqa: E402
     FileSystemFragmentWriteProgress,
     FragmentWriteProgress,
@@ -782,7 +794,8 @@ from alance.sync_fragment import (  # noqa: E402
 from alance.sync_fragment import commit as _manual_commit  # noqa: E402
 from alance.sync_fragment import commit_batch as _manual_commit_batch  # noqa: E402
 
-__all__ += ["BulkCommitResult", "DataFile", "DeletionFile", "FileSystemFragmentWriteProgress",
+__all__ += ["LANCE_COMMIT_MESSAGE_KEY", "BulkCommitResult", "DataFile", "DeletionFile",
+            "FileSystemFragmentWriteProgress",
             "FragmentMetadata", "FragmentSession", "FragmentWriteProgress", "LanceFragment",
             "format_fragment",
             "NoopFragmentWriteProgress",

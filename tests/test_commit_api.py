@@ -139,3 +139,21 @@ def test_fragment_merge_columns_and_batch_result_keys(local_uri: str) -> None:
     assert result["dataset"].version == result.dataset.version == ds.version + 1
     with pytest.warns(DeprecationWarning):
         assert meta.files[0].path() == meta.files[0].path  # type: ignore[operator]
+
+
+def test_transaction_properties_and_read_transaction(local_uri: str) -> None:
+    ds = al.write_dataset(_ids(0, 1), local_uri, commit_message="first",
+                          transaction_properties={"k": "v"})
+    frags = al.write_fragments(_ids(1, 2), local_uri)
+    al.LanceDataset.commit(local_uri, al.LanceOperation.Append(frags), read_version=1,
+                           commit_message="second")
+    ds = al.dataset(local_uri)
+    first, = [t for t in ds.get_transactions() if t.read_version == 0]
+    assert first.transaction_properties == {al.LANCE_COMMIT_MESSAGE_KEY: "first", "k": "v"}
+    latest = ds.read_transaction(2)
+    assert isinstance(latest.operation, al.LanceOperation.Append)
+    assert [f.physical_rows for f in latest.operation.fragments] == [1]
+    # pylance reads the same properties
+    theirs = lance.dataset(local_uri).read_transaction(2)
+    assert theirs is not None
+    assert theirs.transaction_properties == {al.LANCE_COMMIT_MESSAGE_KEY: "second"}

@@ -184,6 +184,21 @@ class LanceDataset:
         """The newest committed version number of the dataset."""
         return (await self._handler.latest(self._store)).version
 
+    async def read_transaction(self, version: int) -> Any:
+        """The transaction that created ``version`` (a
+        :class:`~alance.dataset.lance_operation.Transaction`), or ``None`` if it has none."""
+        from alance.dataset.commit import committed_transaction
+        from alance.dataset.lance_operation import from_wire
+        txn = await committed_transaction(self._store, self._handler, version)
+        return None if txn is None else from_wire(txn)
+
+    async def get_transactions(self, recent_transactions: int = 10) -> list[Any]:
+        """The transactions of the newest ``recent_transactions`` versions up to this one,
+        newest first (``None`` for a version without a readable transaction)."""
+        first = max(1, self.version - recent_transactions + 1)
+        return list(await asyncio.gather(*(self.read_transaction(v)
+                                           for v in range(self.version, first - 1, -1))))
+
     async def versions(self) -> list[dict[str, Any]]:
         """Every version: ``{"version", "timestamp", "metadata"}``, oldest first."""
         locations = await self._handler.list_versions(self._store)
@@ -565,8 +580,13 @@ async def write_dataset(
     max_retries: int = DEFAULT_MAX_RETRIES,
     enable_stable_row_ids: bool = False,
     auto_cleanup_options: Mapping[str, int] | None = None,
+    commit_message: str | None = None,
+    transaction_properties: Mapping[str, str] | None = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
+
+    ``transaction_properties`` are stored with the commit's transaction, and
+    ``commit_message`` among them (as pylance: see :meth:`LanceDataset.read_transaction`).
 
     ``auto_cleanup_options`` (pylance's ``{"interval": n, "older_than_seconds": s}``): when
     this write creates the dataset, every ``n``-th commit afterwards removes versions older
@@ -660,6 +680,10 @@ async def write_dataset(
         cleanup = (auto_cleanup_config(**_cleanup_args(auto_cleanup_options))
                    if auto_cleanup_options is not None and base is None else None)
         txn = new_overwrite(read_version, fragments, lance_schema, cleanup)
+    txn.transaction_properties.update(transaction_properties or {})
+    if commit_message is not None:
+        from alance.dataset.lance_operation import LANCE_COMMIT_MESSAGE_KEY
+        txn.transaction_properties[LANCE_COMMIT_MESSAGE_KEY] = commit_message
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
     async with removed_on_failure(store, fragments):
         snap = await commit_transaction(store, handler, base, txn,

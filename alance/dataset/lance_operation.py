@@ -22,7 +22,7 @@ from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.schema import LanceSchema
 from alance.transaction import operations as ops
 
-__all__ = ["LanceOperation", "Transaction", "to_wire"]
+__all__ = ["LANCE_COMMIT_MESSAGE_KEY", "LanceOperation", "Transaction", "from_wire", "to_wire"]
 
 
 def _protos(fragments: Iterable[Any]) -> list[table_pb2.DataFragment]:
@@ -320,3 +320,74 @@ def to_wire(operation: LanceOperation.BaseOperation, read_version: int,
     if properties:
         txn.transaction_properties.update(properties)
     return txn
+
+
+#: The transaction property holding a commit message (pylance's name and key).
+LANCE_COMMIT_MESSAGE_KEY = "__lance_commit_message"
+
+
+def _metas(fragments: Iterable[table_pb2.DataFragment]) -> list[FragmentMetadata]:
+    return [FragmentMetadata.from_proto(f) for f in fragments]
+
+
+def _update_map(msg: transaction_pb2.Transaction.UpdateMap) -> LanceOperation.UpdateMap:
+    return LanceOperation.UpdateMap(
+        {e.key: (e.value if e.HasField("value") else None) for e in msg.update_entries},
+        msg.replace)
+
+
+def _operation_of(txn: transaction_pb2.Transaction, schema_of: Any,
+                  ) -> LanceOperation.BaseOperation:
+    """The operation of a wire transaction as a :class:`LanceOperation` value
+    (``schema_of``: list of field protos -> LanceSchema)."""
+    kind = ops.operation_name(txn)
+    if kind == "append":
+        return LanceOperation.Append(_metas(txn.append.fragments))
+    if kind == "overwrite":
+        return LanceOperation.Overwrite(schema_of(txn.overwrite.schema),
+                                        _metas(txn.overwrite.fragments))
+    if kind == "delete":
+        return LanceOperation.Delete(_metas(txn.delete.updated_fragments),
+                                     list(txn.delete.deleted_fragment_ids), txn.delete.predicate)
+    if kind == "update":
+        u = txn.update
+        return LanceOperation.Update(list(u.removed_fragment_ids), _metas(u.updated_fragments),
+                                     _metas(u.new_fragments), list(u.fields_modified),
+                                     list(u.fields_for_preserving_frag_bitmap))
+    if kind == "merge":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return LanceOperation.Merge(_metas(txn.merge.fragments),
+                                        schema_of(txn.merge.schema))
+    if kind == "restore":
+        return LanceOperation.Restore(txn.restore.version)
+    if kind == "project":
+        return LanceOperation.Project(schema_of(txn.project.schema))
+    if kind == "rewrite":
+        return LanceOperation.Rewrite([LanceOperation.RewriteGroup(
+            _metas(g.old_fragments), _metas(g.new_fragments)) for g in txn.rewrite.groups])
+    if kind == "data_replacement":
+        return LanceOperation.DataReplacement([LanceOperation.DataReplacementGroup(
+            r.fragment_id, DataFile.from_proto(r.new_file))
+            for r in txn.data_replacement.replacements])
+    if kind == "create_index":
+        return LanceOperation.CreateIndex(list(txn.create_index.new_indices),
+                                          list(txn.create_index.removed_indices))
+    if kind == "update_config":
+        c = txn.update_config
+        return LanceOperation.UpdateConfig(
+            _update_map(c.config_updates) if c.HasField("config_updates") else None,
+            _update_map(c.table_metadata_updates)
+            if c.HasField("table_metadata_updates") else None,
+            _update_map(c.schema_metadata_updates)
+            if c.HasField("schema_metadata_updates") else None,
+            {int(k): _update_map(v) for k, v in c.field_metadata_updates.items()} or None)
+    return LanceOperation.BaseOperation()
+
+
+def from_wire(txn: transaction_pb2.Transaction) -> Transaction:
+    """A wire transaction as a :class:`Transaction` value (as pylance's ``read_transaction``)."""
+    def schema_of(fields: Any) -> LanceSchema:
+        return LanceSchema.from_protos(fields)
+    return Transaction(txn.read_version, _operation_of(txn, schema_of), txn.uuid,
+                       dict(txn.transaction_properties))

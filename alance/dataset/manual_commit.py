@@ -18,7 +18,12 @@ from alance.commit.lock import LockCommitHandler
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.dataset import LanceDataset, _destination
 from alance.dataset.evolution import manifest_max_field_id
-from alance.dataset.lance_operation import LanceOperation, Transaction, to_wire
+from alance.dataset.lance_operation import (
+    LANCE_COMMIT_MESSAGE_KEY,
+    LanceOperation,
+    Transaction,
+    to_wire,
+)
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.errors import DatasetNotFoundError, InvalidInputError, UnsupportedFeatureError
 from alance.format.manifest import ManifestNamingScheme
@@ -62,7 +67,7 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
         uuid, properties = operation.uuid, dict(operation.transaction_properties or {})
         operation = operation.operation
     if commit_message is not None:
-        properties["transaction_message"] = commit_message
+        properties[LANCE_COMMIT_MESSAGE_KEY] = commit_message
     if not isinstance(operation, LanceOperation.BaseOperation):
         raise TypeError(f"operation must be a LanceOperation, got {type(operation).__name__}")
     if read_version is None and not isinstance(operation, LanceOperation.Overwrite):
