@@ -158,3 +158,29 @@ def test_fragment_merge_and_update_columns(local_uri: str) -> None:
         "v0", "v1", "v2", "v3", "changed", "v5"]
     with pytest.raises(InvalidInputError, match="does not exist"):
         one.update_columns(pa.table({"_rowid": pa.array([0], pa.uint64()), "nope": [1]}))
+
+
+class _Counting(al.FragmentWriteProgress):
+    def __init__(self) -> None:
+        self.begun: list[str] = []
+        self.completed: list[int] = []
+
+    def begin(self, fragment: al.FragmentMetadata, **kwargs: object) -> None:
+        self.begun.append(fragment.files[0].path)
+
+    def complete(self, fragment: al.FragmentMetadata, **kwargs: object) -> None:
+        self.completed.append(fragment.physical_rows)
+
+
+def test_progress_hooks_per_data_file(tmp_path: Path) -> None:
+    progress = _Counting()
+    ds = al.write_dataset(_table(0, 10), tmp_path / "a", max_rows_per_file=4,
+                          progress=progress)
+    assert progress.completed == [4, 4, 2]
+    assert progress.begun == [f.files[0].path for f in ds.fragment_protos()]
+    tracker = al.FileSystemFragmentWriteProgress(str(tmp_path / "p"), {"worker": "1"})
+    meta = al.LanceFragment.create(tmp_path / "b", _table(0, 3), fragment_id=5,
+                                   progress=tracker)
+    saved = json.loads((tmp_path / "p" / "fragment_5.json").read_text())
+    assert saved["files"][0]["path"] == meta.files[0].path
+    assert not (tmp_path / "p" / "fragment_5.in_progress").exists()  # completed

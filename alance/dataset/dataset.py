@@ -582,10 +582,12 @@ async def write_dataset(
     auto_cleanup_options: Mapping[str, int] | None = None,
     commit_message: str | None = None,
     transaction_properties: Mapping[str, str] | None = None,
+    progress: Any = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
 
-    ``transaction_properties`` are stored with the commit's transaction, and
+    ``progress``: pylance's ``FragmentWriteProgress`` hooks (``begin``/``complete`` per
+    data file). ``transaction_properties`` are stored with the commit's transaction, and
     ``commit_message`` among them (as pylance: see :meth:`LanceDataset.read_transaction`).
 
     ``auto_cleanup_options`` (pylance's ``{"interval": n, "older_than_seconds": s}``): when
@@ -662,8 +664,10 @@ async def write_dataset(
     appending = base is not None and mode == "append"
     seed = dict(ReadContext(store, base).dictionaries) if appending and base else {}
     dictionaries = dict(seed)
+    from alance.dataset.progress import ProgressEvents
+    events = ProgressEvents(progress, 0, lance_schema.field_ids()) if progress else None
     fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries,
-                                      storage_version)
+                                      storage_version, events)
     prelude = None
     read_version = base.version if base is not None else 0
     if appending:

@@ -10,7 +10,6 @@ with a ``LanceOperation.Delete``). :func:`write_fragments` writes data files for
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from alance.dataset.fragment_columns import (
 )
 from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
+from alance.dataset.progress import ProgressEvents
 from alance.dataset.read import live_rows
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot
@@ -292,7 +292,8 @@ async def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None 
     params = WriteParams(max_rows_per_file, max_rows_per_group or 1024, max_bytes_per_file)
     plan = planned_write(base, uri, "append" if mode == "append" else "overwrite",
                          arrow_schema, options, params, None, data_storage_version)
-    events = _Progress(progress, fragment_id, plan.schema.field_ids()) if progress else None
+    events = (ProgressEvents(progress, fragment_id, plan.schema.field_ids())
+              if progress else None)
     fragments, _rows = await plan.write_to(store, data, arrow_schema, events)
     metas = [FragmentMetadata.from_proto(f) for f in fragments]
     for meta in metas:
@@ -311,25 +312,6 @@ async def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None 
 async def _resumed(stream: AsyncIterator[pa.RecordBatch]) -> AsyncIterator[pa.RecordBatch]:
     async for batch in stream:
         yield batch
-
-
-class _Progress:
-    """Forwards :class:`~alance.dataset.write.FileEvents` to pylance-style progress hooks
-    (``begin``/``complete`` with :class:`FragmentMetadata`), run off the event loop."""
-
-    def __init__(self, progress: Any, fragment_id: int, field_ids: list[int]) -> None:
-        self._progress = progress
-        self._id = fragment_id
-        self._fields = field_ids
-
-    async def opened(self, name: str) -> None:
-        meta = FragmentMetadata(self._id, [DataFile(name, self._fields)], 0)
-        await asyncio.to_thread(self._progress.begin, meta)
-
-    async def finished(self, fragment: table_pb2.DataFragment) -> None:
-        meta = FragmentMetadata.from_proto(fragment)
-        meta.id = self._id
-        await asyncio.to_thread(self._progress.complete, meta)
 
 
 async def _latest(target: Any, store: Any, uri: str, options: Mapping[str, Any],

@@ -70,9 +70,10 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
         properties[LANCE_COMMIT_MESSAGE_KEY] = commit_message
     if not isinstance(operation, LanceOperation.BaseOperation):
         raise TypeError(f"operation must be a LanceOperation, got {type(operation).__name__}")
-    if read_version is None and not isinstance(operation, LanceOperation.Overwrite):
+    if read_version is None and not isinstance(operation, LanceOperation.Overwrite
+                                               | LanceOperation.Restore):
         raise InvalidInputError(f"{type(operation).__name__} needs the read_version it was "
-                                "built from (only Overwrite can do without)")
+                                "built from (only Overwrite and Restore can do without)")
     store, handler = _destination(os.fspath(base_uri) if isinstance(base_uri, os.PathLike)
                                   else base_uri, storage_options, None)
     if commit_lock is not None:

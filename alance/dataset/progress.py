@@ -4,14 +4,18 @@ data file is opened, ``complete`` when it is done. The filesystem tracker leaves
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
 
 from pyarrow import fs as pafs
 
+from alance._proto import table_pb2
+from alance.dataset.fragment_meta import DataFile, FragmentMetadata
+
 __all__ = ["FileSystemFragmentWriteProgress", "FragmentWriteProgress",
-           "NoopFragmentWriteProgress"]
+           "NoopFragmentWriteProgress", "ProgressEvents"]
 
 
 class FragmentWriteProgress:
@@ -57,3 +61,25 @@ class FileSystemFragmentWriteProgress(FragmentWriteProgress):
     def complete(self, fragment: Any, **kwargs: Any) -> None:
         """Remove the in-progress marker."""
         self._fs.delete_file(self._path(fragment, self.PROGRESS_EXT))
+
+
+class ProgressEvents:
+    """Forwards :class:`~alance.dataset.write.FileEvents` to pylance-style progress hooks
+    (``begin``/``complete`` with :class:`FragmentMetadata`), run off the event loop.
+    ``fragment_id``: the id the hooks see (fragments get theirs only at commit)."""
+
+    def __init__(self, progress: Any, fragment_id: int, field_ids: list[int]) -> None:
+        self._progress = progress
+        self._id = fragment_id
+        self._fields = field_ids
+
+    async def opened(self, name: str) -> None:
+        """Call ``begin`` with the fragment's metadata so far."""
+        meta = FragmentMetadata(self._id, [DataFile(name, self._fields)], 0)
+        await asyncio.to_thread(self._progress.begin, meta)
+
+    async def finished(self, fragment: table_pb2.DataFragment) -> None:
+        """Call ``complete`` with the fragment's metadata."""
+        meta = FragmentMetadata.from_proto(fragment)
+        meta.id = self._id
+        await asyncio.to_thread(self._progress.complete, meta)
