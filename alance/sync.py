@@ -567,6 +567,13 @@ class MergeInsertBuilder:
         target = self._target if self._target is not None else LanceDataset(result.dataset)
         return _moved(target, result)
 
+    def execute_uncommitted(self, data: Any, *, schema: pa.Schema | None = None,
+                            ) -> tuple[Transaction, dict[str, int]]:
+        """Write the merge without committing: a :class:`Transaction` for
+        ``LanceDataset.commit`` and the counts (as pylance)."""
+        txn, stats = _loop.run(self._async.execute_uncommitted(data, schema=schema))
+        return from_wire(txn), stats
+
 
 def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
@@ -778,6 +785,7 @@ from alance.dataset.lance_operation import (  # noqa: E402
     LANCE_COMMIT_MESSAGE_KEY,
     LanceOperation,
     Transaction,
+    from_wire,
 )
 from alance.dataset.progress import (  # noqa: E402
     FileSystemFragmentWriteProgress,

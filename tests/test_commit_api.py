@@ -157,3 +157,16 @@ def test_transaction_properties_and_read_transaction(local_uri: str) -> None:
     theirs = lance.dataset(local_uri).read_transaction(2)
     assert theirs is not None
     assert theirs.transaction_properties == {al.LANCE_COMMIT_MESSAGE_KEY: "second"}
+
+
+def test_merge_insert_execute_uncommitted(local_uri: str) -> None:
+    ds = al.write_dataset(pa.table({"id": range(4), "v": [0] * 4}), local_uri)
+    txn, stats = (ds.merge_insert(on="id").when_matched_update_all()
+                  .when_not_matched_insert_all()
+                  .execute_uncommitted(pa.table({"id": [1, 9], "v": [5, 6]})))
+    assert stats == {"num_inserted_rows": 1, "num_updated_rows": 1, "num_deleted_rows": 0}
+    assert isinstance(txn.operation, al.LanceOperation.Update)
+    assert lance.dataset(local_uri).version == 1  # nothing visible yet
+    al.LanceDataset.commit(local_uri, txn)
+    assert lance.dataset(local_uri).to_table().sort_by("id").to_pydict() == {
+        "id": [0, 1, 2, 3, 9], "v": [0, 5, 0, 0, 6]}
