@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import pickle
 from pathlib import Path
@@ -184,3 +185,15 @@ def test_progress_hooks_per_data_file(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "p" / "fragment_5.json").read_text())
     assert saved["files"][0]["path"] == meta.files[0].path
     assert not (tmp_path / "p" / "fragment_5.in_progress").exists()  # completed
+
+
+def test_uncommitted_fragments_are_removed_by_cleanup(local_uri: str) -> None:
+    ds = al.write_dataset(_table(0, 3), local_uri)
+    committed = {f.files[0].path for f in ds.fragment_protos()}
+    (orphan,) = al.write_fragments(_table(3, 6), local_uri)  # a writer that never commits
+    data = Path(local_uri) / "data"
+    assert (data / orphan.files[0].path).exists()
+    ds.delete("id = 0")
+    ds.cleanup_old_versions(older_than=dt.timedelta(0), delete_unverified=True)
+    assert {p.name for p in data.iterdir()} == committed
+    assert al.dataset(local_uri).count_rows() == 2
