@@ -120,8 +120,13 @@ async def test_async_commit(local_uri: str) -> None:
     from alance.dataset.fragment import write_fragments
     frags = await write_fragments(_ids(3, 4), local_uri)
     assert isinstance(frags, list)
-    ds = await manual_commit.commit(local_uri, al.LanceOperation.Append(frags), 1)
+    ds = await manual_commit.commit(local_uri, alance.LanceOperation.Append(frags), 1)
     assert isinstance(ds, alance.LanceDataset) and await ds.count_rows() == 4
+    more = await alance.write_fragments(_ids(4, 5), local_uri)
+    assert isinstance(more, list)
+    ds = await alance.LanceDataset.commit(local_uri, alance.LanceOperation.Append(more),
+                                          ds.version)
+    assert ds.version == 3 and [await f.count_rows() for f in ds.get_fragments()] == [3, 1, 1]
     with pytest.raises(UnsupportedFeatureError):
         await manual_commit.commit(local_uri, al.LanceOperation.Append(frags), 1,
                                    detached=True)

@@ -184,6 +184,22 @@ class LanceDataset:
         """The newest committed version number of the dataset."""
         return (await self._handler.latest(self._store)).version
 
+    @staticmethod
+    async def commit(base_uri: Any, operation: Any, read_version: int | None = None,
+                     *args: Any, **kwargs: Any) -> LanceDataset:
+        """Commit a hand-built ``LanceOperation`` or ``Transaction`` (see
+        :func:`alance.dataset.manual_commit.commit`); returns the new version."""
+        from alance.dataset.manual_commit import commit
+        return await commit(base_uri, operation, read_version, *args, **kwargs)
+
+    @staticmethod
+    async def commit_batch(dest: Any, transactions: Sequence[Any], *args: Any,
+                           **kwargs: Any) -> Any:
+        """Commit several Append transactions as one version (see
+        :func:`alance.dataset.manual_commit.commit_batch`)."""
+        from alance.dataset.manual_commit import commit_batch
+        return await commit_batch(dest, transactions, *args, **kwargs)
+
     async def read_transaction(self, version: int) -> Any:
         """The transaction that created ``version`` (a
         :class:`~alance.dataset.lance_operation.Transaction`), or ``None`` if it has none."""
