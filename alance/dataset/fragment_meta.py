@@ -164,10 +164,11 @@ class RowIdMeta:
     external_size: int = 0
 
     def asdict(self) -> dict[str, Any]:
-        """A JSON-serialisable form (alance's own; pylance documents its form as unstable)."""
+        """The JSON form pylance writes: ``{"Inline": [byte, ...]}`` or
+        ``{"External": {"path", "offset", "size"}}``."""
         if self.inline is not None:
-            return {"inline": base64.b64encode(self.inline).decode()}
-        return {"external": {"path": self.external_path, "offset": self.external_offset,
+            return {"Inline": list(self.inline)}
+        return {"External": {"path": self.external_path, "offset": self.external_offset,
                              "size": self.external_size}}
 
     def json(self) -> str:
@@ -177,10 +178,11 @@ class RowIdMeta:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RowIdMeta:
         """Inverse of :meth:`asdict`."""
-        if "inline" in data:
-            raw = data["inline"]
-            return cls(inline=bytes(raw) if isinstance(raw, list) else base64.b64decode(raw))
-        ext = data.get("external") or {}
+        inline = data.get("Inline", data.get("inline"))
+        if inline is not None:
+            return cls(inline=bytes(inline) if isinstance(inline, list)
+                       else base64.b64decode(inline))
+        ext = data.get("External", data.get("external")) or {}
         return cls(None, ext.get("path"), int(ext.get("offset", 0)), int(ext.get("size", 0)))
 
     @classmethod
