@@ -24,6 +24,9 @@ from alance.dataset.distributed_dml import (
     plan_delete,
     plan_update,
 )
+from alance.dataset.fragment import LanceFragment, write_fragments
+from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
+from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.dataset.scan import Scanner
 from alance.errors import (
     AlanceError,
@@ -31,6 +34,7 @@ from alance.errors import (
     CommitConflictError,
     CorruptFileError,
     DatasetNotFoundError,
+    EmptyWriteError,
     IncompatibleTransactionError,
     InvalidInputError,
     NotFoundError,
@@ -52,15 +56,21 @@ __all__ = [
     "CompactionPart",
     "ConditionalPutCommitHandler",
     "CorruptFileError",
+    "DataFile",
     "DatasetNotFoundError",
+    "DeletionFile",
     "DeletionPart",
     "DistributedCompaction",
     "DistributedDelete",
     "DistributedUpdate",
     "DistributedWrite",
+    "EmptyWriteError",
+    "FragmentMetadata",
     "IncompatibleTransactionError",
     "InvalidInputError",
     "LanceDataset",
+    "LanceFragment",
+    "LanceOperation",
     "ManifestLocation",
     "NotFoundError",
     "PathOutsideDatasetError",
@@ -69,11 +79,12 @@ __all__ = [
     "Scanner",
     "SchemaMismatchError",
     "StoreError",
+    "Transaction",
     "TransientStoreError",
     "UncommittedFragments",
-    "UpdatePart",
     "UnrepresentableValueError",
     "UnsupportedFeatureError",
+    "UpdatePart",
     "__version__",
     "open_dataset",
     "plan_delete",
@@ -81,4 +92,5 @@ __all__ = [
     "plan_update",
     "plan_write",
     "write_dataset",
+    "write_fragments",
 ]

@@ -129,7 +129,7 @@ async def cmd_inspect(args: argparse.Namespace, out: _Output) -> None:
     ds = await _open(args, args.version)
     m = ds.manifest
     fragments: list[dict[str, Any]] = []
-    for frag in ds.get_fragments():
+    for frag in ds.fragment_protos():
         files = [{"path": f.path, "fields": list(f.fields), "size": int(f.file_size_bytes),
                   "version": f"{f.file_major_version}.{f.file_minor_version}"}
                  for f in frag.files]

@@ -64,6 +64,11 @@ class AlreadyExistsError(AlanceError, FileExistsError):
     """An object that must be new already exists (e.g. creating an existing dataset)."""
 
 
+class EmptyWriteError(AlanceError, OSError):
+    """A write that must produce data got none (no rows, or no columns), as pylance's
+    ``LanceFragment.create`` refuses (an ``OSError`` there)."""
+
+
 class CorruptFileError(AlanceError):
     """A file's bytes do not decode: truncated, wrong magic, bad protobuf, bad offsets."""
 

@@ -177,15 +177,45 @@ class LanceDataset:
         """The highest field id in use: in the schema or in any data file (as pylance's)."""
         return self._async.max_field_id
 
-    def get_fragments(self) -> list[table_pb2.DataFragment]:
-        """The fragments of this version."""
-        return self._async.get_fragments()
+    def fragment_protos(self) -> list[table_pb2.DataFragment]:
+        """The fragments of this version as protobuf ``DataFragment`` messages."""
+        return self._async.fragment_protos()
+
+    def get_fragments(self, filter: str | pc.Expression | None = None) -> list[LanceFragment]:
+        """The fragments of this version as :class:`LanceFragment` objects."""
+        return [LanceFragment(f) for f in self._async.get_fragments(filter)]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with this id, or ``None``."""
+        found = self._async.get_fragment(fragment_id)
+        return None if found is None else LanceFragment(found)
+
+    @staticmethod
+    def commit(base_uri: Any, operation: Any, read_version: int | None = None,
+               *args: Any, **kwargs: Any) -> LanceDataset:
+        """Commit a hand-built ``LanceOperation`` or ``Transaction`` (pylance's
+        ``LanceDataset.commit``; see :func:`alance.dataset.manual_commit.commit`)."""
+        return _manual_commit(base_uri, operation, read_version, *args, **kwargs)
+
+    @staticmethod
+    def commit_batch(dest: Any, transactions: Sequence[Any], *args: Any,
+                     **kwargs: Any) -> Any:
+        """Commit several Append transactions as one version (pylance's ``commit_batch``)."""
+        return _manual_commit_batch(dest, transactions, *args, **kwargs)
 
     @property
     def latest_version(self) -> int:
         """The newest committed version number (read from the store on each access, as in
         pylance)."""
         return _loop.run(self._async.latest_version())
+
+    def read_transaction(self, version: int) -> Any:
+        """Blocking :meth:`alance.LanceDataset.read_transaction`."""
+        return _loop.run(self._async.read_transaction(version))
+
+    def get_transactions(self, recent_transactions: int = 10) -> list[Any]:
+        """Blocking :meth:`alance.LanceDataset.get_transactions`."""
+        return _loop.run(self._async.get_transactions(recent_transactions))
 
     def versions(self) -> list[dict[str, Any]]:
         """Every version with its timestamp, oldest first."""
@@ -569,6 +599,13 @@ class MergeInsertBuilder:
         target = self._target if self._target is not None else LanceDataset(result.dataset)
         return _moved(target, result)
 
+    def execute_uncommitted(self, data: Any, *, schema: pa.Schema | None = None,
+                            ) -> tuple[Transaction, dict[str, int]]:
+        """Write the merge without committing: a :class:`Transaction` for
+        ``LanceDataset.commit`` and the counts (as pylance)."""
+        txn, stats = _loop.run(self._async.execute_uncommitted(data, schema=schema))
+        return from_wire(txn), stats
+
 
 def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                  storage_options: Mapping[str, Any] | None = None,
@@ -767,3 +804,39 @@ __all__ = ["AutoCleanupConfig", "ChangeFeed", "DistributedCompaction", "Distribu
            "DistributedUpdate", "DistributedWrite",
            "LanceDataset", "MergeInsertBuilder", "Scanner", "Tags", "open_dataset", "plan_delete",
            "plan_distributed_compaction", "plan_update", "plan_write", "write_dataset"]
+
+
+# The fragment and manual-commit API (alance.sync_fragment imports this module: import last).
+from alance.dataset.fragment_meta import (  # noqa: E402
+    DataFile,
+    DeletionFile,
+    FragmentMetadata,
+    RowIdMeta,
+)
+from alance.dataset.lance_operation import (  # noqa: E402
+    LANCE_COMMIT_MESSAGE_KEY,
+    LanceOperation,
+    Transaction,
+    from_wire,
+)
+from alance.dataset.progress import (  # noqa: E402
+    FileSystemFragmentWriteProgress,
+    FragmentWriteProgress,
+    NoopFragmentWriteProgress,
+)
+from alance.sync_fragment import (  # noqa: E402
+    BulkCommitResult,
+    FragmentSession,
+    LanceFragment,
+    format_fragment,
+    write_fragments,
+)
+from alance.sync_fragment import commit as _manual_commit  # noqa: E402
+from alance.sync_fragment import commit_batch as _manual_commit_batch  # noqa: E402
+
+__all__ += ["LANCE_COMMIT_MESSAGE_KEY", "BulkCommitResult", "DataFile", "DeletionFile",
+            "FileSystemFragmentWriteProgress",
+            "FragmentMetadata", "FragmentSession", "FragmentWriteProgress", "LanceFragment",
+            "format_fragment",
+            "NoopFragmentWriteProgress",
+            "LanceOperation", "RowIdMeta", "Transaction", "write_fragments"]

@@ -67,7 +67,7 @@ def manifest_path(root: str, version: int) -> Path:
 def data_file_of(root: str, fragment: int) -> Path:
     """The data file of fragment ``fragment`` of the latest version."""
     ds = al.open_dataset(root)
-    path = Path(root) / "data" / ds.get_fragments()[fragment].files[0].path
+    path = Path(root) / "data" / ds.fragment_protos()[fragment].files[0].path
     assert path.is_file()
     return path
 
@@ -185,7 +185,7 @@ async def test_damaged_data_file_in_memory(damage: str) -> None:
     await alance.write_dataset(A, uri)
     store = open_store(uri)
     ds = await alance.open_dataset(uri)
-    path = f"data/{ds.get_fragments()[0].files[0].path}"
+    path = f"data/{ds.fragment_protos()[0].files[0].path}"
     await store.put(path, DATA_DAMAGE[damage](await store.get(path)))
     with pytest.raises(CorruptFileError):
         await (await alance.open_dataset(uri)).to_table()

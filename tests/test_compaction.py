@@ -74,7 +74,7 @@ async def test_same_plan_and_rows_as_pylance(tmp_path: Path, storage_version: st
     # pylance reads alance's compacted dataset identically; order is kept
     assert lance.dataset(ours).to_table().equals(expected)
     assert (await result.dataset.to_table()).equals(expected)
-    assert all(not f.HasField("deletion_file") for f in result.dataset.get_fragments()
+    assert all(not f.HasField("deletion_file") for f in result.dataset.fragment_protos()
                if f.id > 12)
     # the two commits: ReserveFragments then a Rewrite using the reserved ids
     versions = sorted((Path(ours) / "_versions").glob("*.manifest"))
@@ -261,7 +261,7 @@ def test_sync_compact(tmp_path: Path) -> None:
 async def test_failed_task_leaves_no_files(local_uri: str) -> None:
     ds = await alance.write_dataset(table(0, 600), local_uri, max_rows_per_file=50,
                                     data_storage_version="legacy")
-    victim = Path(local_uri) / "data" / ds.get_fragments()[-1].files[0].path
+    victim = Path(local_uri) / "data" / ds.fragment_protos()[-1].files[0].path
     victim.write_bytes(victim.read_bytes()[:40])  # truncated: reading it fails
     before = set(os.listdir(Path(local_uri) / "data"))
     with pytest.raises(alance.AlanceError):
@@ -282,7 +282,7 @@ async def test_evolved_schema_files_are_merged(tmp_path: Path) -> None:
     assert len(pl.get_fragments()[0].metadata.files) == 2
     result = await (await alance.open_dataset(ours)).compact_files()
     lance.dataset(theirs).optimize.compact_files()
-    frag = result.dataset.get_fragments()[0]
+    frag = result.dataset.fragment_protos()[0]
     assert len(frag.files) == 1 and sorted(frag.files[0].fields) == [0, 1, 2]
     assert lance.dataset(ours).to_table().equals(lance.dataset(theirs).to_table())
     assert lance.dataset(ours).schema == lance.dataset(theirs).schema

@@ -192,7 +192,7 @@ async def test_overwrite_changes_schema(uri: str) -> None:
     await alance.write_dataset(pa.table({"a": [1, 2]}), uri)
     ds = await alance.write_dataset(pa.table({"z": ["q"]}), uri, mode="overwrite")
     assert ds.schema.names == ["z"]
-    assert [f.id for f in ds.get_fragments()] == [0]
+    assert [f.id for f in ds.fragment_protos()] == [0]
     old = await ds.checkout_version(1)
     assert old.schema.names == ["a"]
 

@@ -197,7 +197,7 @@ async def test_range_scans_cover_the_dataset_once(local_uri: str) -> None:
                                max_rows_per_group=300, data_storage_version="legacy")
     ds = (await alance.open_dataset(local_uri)).delete("id % 7 = 0")
     ds = (await ds).dataset
-    tasks = plan_read(ds.get_fragments(), 700)
+    tasks = plan_read(ds.fragment_protos(), 700)
     assert len(tasks) == 3 + 3 + 2
     flt = (pc.field("v") > 1000) & pc.field("s").is_valid()
     parts = []
@@ -391,7 +391,7 @@ def dataset_files(uri: str) -> set[str]:
 async def _break_last_fragment(uri: str) -> str:
     """Remove the data file of the last fragment (the task that reads it fails); its path."""
     ds = await alance.open_dataset(uri)
-    path = f"data/{ds.get_fragments()[-1].files[0].path}"
+    path = f"data/{ds.fragment_protos()[-1].files[0].path}"
     os.remove(Path(uri) / path)
     return path
 
@@ -454,7 +454,7 @@ async def test_commit_removes_dropped_attempts(local_uri: str, version: str | No
     from alance.dataset.distributed_staging import referenced_files
 
     # the old files and those the new version references remain; no staging records
-    assert dataset_files(local_uri) == before | referenced_files(ds.get_fragments())
+    assert dataset_files(local_uri) == before | referenced_files(ds.fragment_protos())
     assert lance.dataset(local_uri).to_table().sort_by("id").equals(
         (await ds.to_table()).sort_by("id"))
 

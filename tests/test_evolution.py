@@ -82,7 +82,7 @@ async def test_add_columns_sql_function_and_merge(local_uri: str, storage: str) 
     tags = table.column("tag").to_pylist()
     assert tags[3] == "three" and tags[5] == "five" and tags.count(None) == 98
     # each fragment got one more data file per add; the first file is untouched
-    for frag in ds.get_fragments():
+    for frag in ds.fragment_protos():
         assert [list(f.fields) for f in frag.files] == [[0, 1, 2], [3, 4], [5], [6], [7]]
     await assert_same_everywhere(local_uri)
 
@@ -153,7 +153,7 @@ async def test_drop_is_metadata_only_and_ids_are_not_reused(local_uri: str,
     assert files_of(local_uri) == files  # no data written
     assert ds.schema.names == ["id", "s"]
     # the file holding only "extra" left the fragments; the first file still lists x (id 1)
-    assert [[list(f.fields) for f in frag.files] for frag in ds.get_fragments()] == [
+    assert [[list(f.fields) for f in frag.files] for frag in ds.fragment_protos()] == [
         [[0, 1, 2]], [[0, 1, 2]]]
     assert manifest_max_field_id(ds.manifest) == 2
     ds = await ds.add_columns({"again": "id * 3"})
@@ -179,7 +179,7 @@ async def test_alter_columns(local_uri: str, storage: str) -> None:
     ds = await ds.alter_columns({"path": "x", "data_type": pa.int64()})
     old_x = 1
     assert ds.lance_schema.field("x").id == manifest_max_field_id(ds.manifest) != old_x
-    assert all(old_x in frag.files[0].fields for frag in ds.get_fragments())  # like pylance
+    assert all(old_x in frag.files[0].fields for frag in ds.fragment_protos())  # like pylance
     assert (await ds.to_table()).column("x").type == pa.int64()
     ds = await ds.alter_columns({"path": "id", "data_type": pa.int16(), "nullable": True})
     ds = await ds.add_columns({"big": "id * 1000"})
@@ -226,7 +226,7 @@ async def test_pylance_evolved_datasets_read_identically(local_uri: str, storage
                                      update_mode="rewrite_columns")
     lance.LanceDataset.commit(local_uri, op, read_version=ds.version)
     mine = await alance.open_dataset(local_uri)
-    assert any(-2 in f.fields for frag in mine.get_fragments() for f in frag.files)
+    assert any(-2 in f.fields for frag in mine.fragment_protos() for f in frag.files)
     await assert_same_everywhere(local_uri)
     table = await mine.to_table(filter="t = 'new7'")
     assert table.column("id").to_pylist() == [7]

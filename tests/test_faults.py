@@ -78,7 +78,7 @@ async def state_of(uri: str, options: dict[str, Any]) -> State:
         ds = await alance.open_dataset(uri, storage_options=options)
     except DatasetNotFoundError:
         return State(None, None, manifests, data, txns, set())
-    referenced = {f"data/{f.path}" for frag in ds.get_fragments() for f in frag.files}
+    referenced = {f"data/{f.path}" for frag in ds.fragment_protos() for f in frag.files}
     try:
         table: pa.Table | None = (await ds.to_table()).sort_by("id")
     except NotFoundError:

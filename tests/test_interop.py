@@ -115,7 +115,7 @@ def test_alternating_appends(local_uri: str) -> None:
     assert lance.dataset(uri).to_table().equals(expected)
     assert al.open_dataset(uri).to_table().equals(expected)
     assert [v["version"] for v in al.open_dataset(uri).versions()] == list(range(1, 8))
-    frags = [f.id for f in al.open_dataset(uri).get_fragments()]
+    frags = [f.id for f in al.open_dataset(uri).fragment_protos()]
     assert frags == list(range(7))
 
 

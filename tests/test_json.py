@@ -109,7 +109,7 @@ async def test_codec_matches_pylance_bytes(tmp_path: Path, docs: list[str | None
     texts = lance.dataset(uri).to_table().column("j").to_pylist()
     ds = await alance.open_dataset(uri)
     ctx = ReadContext(ds._store, ds._snapshot)  # no user view: JSON columns stay JSONB
-    frag = ctx.fragment(ds.get_fragments()[0])
+    frag = ctx.fragment(ds.fragment_protos()[0])
     batch = await frag.read_range([ctx.schema.field("j")], 0, frag.physical_rows)
     stored = batch.column(0).to_pylist()
     for doc, text, data in zip(docs, texts, stored, strict=True):

@@ -139,7 +139,7 @@ async def test_concurrent_appends_get_distinct_ids_after_rebase(local_uri: str) 
     ids = t["_rowid"].to_pylist()
     assert sorted(ids) == list(range(52)) and ds.manifest.next_row_id == 52
     # each append's rows got one contiguous block and the version that committed them
-    for frag in ds.get_fragments()[1:]:
+    for frag in ds.fragment_protos()[1:]:
         frag_ids = decode_row_ids(frag.inline_row_ids, frag.physical_rows)
         assert np.array_equal(frag_ids, np.arange(frag_ids[0], frag_ids[0] + 7))
     created = {r["id"] // 100: r["_row_created_at_version"] for r in t.to_pylist()}
@@ -179,7 +179,7 @@ def test_pylance_datasets_read_identically(tmp_path: Path) -> None:
         if step == 0:  # then compact with pylance: ids and versions move with the rows
             ref.optimize.compact_files(target_rows_per_fragment=2000)
     assert versions[1] > versions[0]
-    frags = al.open_dataset(path).get_fragments()
+    frags = al.open_dataset(path).fragment_protos()
     kinds = {f.WhichOneof("row_id_sequence") for f in frags}
     assert kinds == {"inline_row_ids"}
 

@@ -124,7 +124,7 @@ def test_failing_task_leaves_table_and_files_unchanged(spark, tmp_path: Path) ->
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     ds = al.open_dataset(uri)
     assert ds.version == 1 and ds.count_rows() == 10
-    referenced = {f.path for frag in ds.get_fragments() for f in frag.files}
+    referenced = {f.path for frag in ds.fragment_protos() for f in frag.files}
     assert referenced == before
     assert data_files(uri) == before  # files of finished and failed tasks deleted
     assert not [p for p in (Path(uri) / "_alance_staging").rglob("*") if p.is_file()]
@@ -470,7 +470,7 @@ def test_failed_pipeline_jobs_leave_no_files(spark, tmp_path: Path) -> None:
         al.write_dataset(pa.table({"id": ids, "k": ids % 10}), uri, mode="append")
     ds = al.open_dataset(uri)
     assert ds.data_storage_version == "2.2" and len(ds.get_fragments()) == 4
-    broken = f"data/{ds.get_fragments()[-1].files[0].path}"
+    broken = f"data/{ds.fragment_protos()[-1].files[0].path}"
     os.remove(Path(uri) / broken)  # the task that reads the last fragment fails
     files = _dataset_files(uri)
     jobs = [lambda: pipeline.delete_where(spark, uri, "k = 3"),

@@ -272,7 +272,7 @@ def test_storage_version_names(tmp_path: Path, given: str | None, stored: str) -
     table = pa.table({"a": pa.array([1, 2], pa.int64())})
     ds = al.write_dataset(table, uri, data_storage_version=given)
     assert ds.data_storage_version == stored == lance.dataset(uri).data_storage_version
-    (frag,) = ds.get_fragments()
+    (frag,) = ds.fragment_protos()
     expected = {"0.1": (0, 2), "2.0": (2, 0)}.get(stored) or tuple(
         int(x) for x in stored.split("."))
     assert (frag.files[0].file_major_version, frag.files[0].file_minor_version) == expected
@@ -298,7 +298,7 @@ def test_manifest_and_files_as_pylance_writes_them(tmp_path: Path, version: str)
     lance.write_dataset(table, theirs, data_storage_version=version)
     mine, ref = al.open_dataset(ours), al.open_dataset(theirs)
     assert mine._async._snapshot.manifest.data_format == ref._async._snapshot.manifest.data_format
-    (fa,), (fb,) = mine.get_fragments(), ref.get_fragments()
+    (fa,), (fb,) = mine.fragment_protos(), ref.fragment_protos()
     for attr in ("fields", "column_indices", "file_major_version", "file_minor_version"):
         assert list(getattr(fa.files[0], attr)) == list(getattr(fb.files[0], attr)) if \
             attr in ("fields", "column_indices") else \
@@ -317,7 +317,7 @@ def test_appends_keep_the_dataset_version(tmp_path: Path, storage: str) -> None:
     ds = al.write_dataset(second, uri, mode="append")  # default: the dataset's version
     ds = al.write_dataset(second, uri, mode="append", data_storage_version="2.2")
     versions = {(f.files[0].file_major_version, f.files[0].file_minor_version)
-                for f in ds.get_fragments()}
+                for f in ds.fragment_protos()}
     assert len(versions) == 1, versions
     assert ds.data_storage_version == storage_version_for(storage)
     want = pa.concat_tables([first, second, second])
@@ -338,7 +338,7 @@ def test_alance_appends_to_a_pylance_dataset(tmp_path: Path, pylance_version: st
     al.write_dataset(base, uri, mode="append")
     ds = al.open_dataset(uri)
     assert ds.data_storage_version == stored
-    assert {f.files[0].file_minor_version for f in ds.get_fragments()} == {
+    assert {f.files[0].file_minor_version for f in ds.fragment_protos()} == {
         int(stored.split(".")[1])}
     want = pa.concat_tables([base, base]).combine_chunks()
     _same(lance.dataset(uri).to_table(), want, "pylance")
@@ -368,7 +368,7 @@ def test_every_type_in_2_0_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     uri = str(tmp_path / "ds")
     ds = al.write_dataset(table, uri, data_storage_version="2.0")
     assert ds.data_storage_version == "2.0"
-    (frag,) = ds.get_fragments()
+    (frag,) = ds.fragment_protos()
     assert (frag.files[0].file_major_version, frag.files[0].file_minor_version) == (2, 0)
     assert (Path(uri) / "data" / frag.files[0].path).read_bytes()[-8:] == b"\0\0\3\0LANC"
     check_reads(uri, table)
@@ -388,7 +388,7 @@ def test_alance_appends_to_a_2_0_dataset(tmp_path: Path) -> None:
     lance.write_dataset(table, uri, data_storage_version="2.0")
     ds = al.write_dataset(table, uri, mode="append")
     assert {(f.files[0].file_major_version, f.files[0].file_minor_version)
-            for f in ds.get_fragments()} == {(2, 0)}
+            for f in ds.fragment_protos()} == {(2, 0)}
     want = pa.concat_tables([table, table]).combine_chunks()
     _same(lance.dataset(uri).to_table(), want, "pylance")
     _same(ds.to_table(), want, "alance")
@@ -416,7 +416,7 @@ def test_dml_and_dictionaries_on_a_2_2_dataset(tmp_path: Path) -> None:
                      "c": pa.array(["brand new"]).dictionary_encode()})
     ds = al.write_dataset(more, uri, mode="append")
     versions = {(f.files[0].file_major_version, f.files[0].file_minor_version)
-                for f in ds.get_fragments()}
+                for f in ds.fragment_protos()}
     assert versions == {(2, 2)}
     theirs = lance.dataset(uri).to_table().sort_by("id")
     assert theirs.column("v").to_pylist()[:4] == [None, None, None, 3.0]

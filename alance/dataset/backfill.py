@@ -245,6 +245,18 @@ class Backfill:
             await self._report(0, True)
             return out
 
+    async def run_fragment(self, fragment: table_pb2.DataFragment) -> table_pb2.DataFragment:
+        """One fragment with one more data file holding the new fields (nothing committed).
+
+        On failure the file written is deleted before the error propagates.
+        """
+        written: list[table_pb2.DataFragment] = []
+        try:
+            return await self._fragment(fragment, asyncio.Semaphore(1), written)
+        except BaseException:
+            await delete_fragment_files(self.ctx.store, written)
+            raise
+
     async def run(self) -> list[table_pb2.DataFragment]:
         """Every fragment with one more data file holding the new fields (nothing committed).
 

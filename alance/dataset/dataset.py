@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +66,7 @@ from alance.errors import (
     InvalidInputError,
     NotFoundError,
     UnrepresentableValueError,
+    UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
@@ -73,6 +74,9 @@ from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_append, new_overwrite
+
+if TYPE_CHECKING:
+    from alance.dataset.fragment import LanceFragment
 
 WriteMode = Literal["create", "append", "overwrite"]
 
@@ -156,13 +160,60 @@ class LanceDataset:
         """The highest field id in use: in the schema or in any data file (as pylance's)."""
         return evolution.manifest_max_field_id(self._snapshot.manifest)
 
-    def get_fragments(self) -> list[table_pb2.DataFragment]:
-        """The fragments of this version (protobuf ``DataFragment`` messages)."""
+    def fragment_protos(self) -> list[table_pb2.DataFragment]:
+        """The fragments of this version as protobuf ``DataFragment`` messages."""
         return self._snapshot.fragments
+
+    def get_fragments(self, filter: str | pc.Expression | None = None) -> list[LanceFragment]:
+        """The fragments of this version as :class:`~alance.dataset.fragment.LanceFragment`
+        objects (as pylance; ``filter`` is not supported and must be ``None``)."""
+        from alance.dataset.fragment import LanceFragment
+        if filter is not None:
+            raise UnsupportedFeatureError("get_fragments(filter=...) is not supported")
+        return [LanceFragment(self, fragment=f) for f in self._snapshot.fragments]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with this id, or ``None`` (as pylance)."""
+        from alance.dataset.fragment import LanceFragment
+        for f in self._snapshot.fragments:
+            if f.id == fragment_id:
+                return LanceFragment(self, fragment=f)
+        return None
 
     async def latest_version(self) -> int:
         """The newest committed version number of the dataset."""
         return (await self._handler.latest(self._store)).version
+
+    @staticmethod
+    async def commit(base_uri: Any, operation: Any, read_version: int | None = None,
+                     *args: Any, **kwargs: Any) -> LanceDataset:
+        """Commit a hand-built ``LanceOperation`` or ``Transaction`` (see
+        :func:`alance.dataset.manual_commit.commit`); returns the new version."""
+        from alance.dataset.manual_commit import commit
+        return await commit(base_uri, operation, read_version, *args, **kwargs)
+
+    @staticmethod
+    async def commit_batch(dest: Any, transactions: Sequence[Any], *args: Any,
+                           **kwargs: Any) -> Any:
+        """Commit several Append transactions as one version (see
+        :func:`alance.dataset.manual_commit.commit_batch`)."""
+        from alance.dataset.manual_commit import commit_batch
+        return await commit_batch(dest, transactions, *args, **kwargs)
+
+    async def read_transaction(self, version: int) -> Any:
+        """The transaction that created ``version`` (a
+        :class:`~alance.dataset.lance_operation.Transaction`), or ``None`` if it has none."""
+        from alance.dataset.commit import committed_transaction
+        from alance.dataset.lance_operation import from_wire
+        txn = await committed_transaction(self._store, self._handler, version)
+        return None if txn is None else from_wire(txn)
+
+    async def get_transactions(self, recent_transactions: int = 10) -> list[Any]:
+        """The transactions of the newest ``recent_transactions`` versions up to this one,
+        newest first (``None`` for a version without a readable transaction)."""
+        first = max(1, self.version - recent_transactions + 1)
+        return list(await asyncio.gather(*(self.read_transaction(v)
+                                           for v in range(self.version, first - 1, -1))))
 
     async def versions(self) -> list[dict[str, Any]]:
         """Every version: ``{"version", "timestamp", "metadata"}``, oldest first."""
@@ -545,8 +596,15 @@ async def write_dataset(
     max_retries: int = DEFAULT_MAX_RETRIES,
     enable_stable_row_ids: bool = False,
     auto_cleanup_options: Mapping[str, int] | None = None,
+    commit_message: str | None = None,
+    transaction_properties: Mapping[str, str] | None = None,
+    progress: Any = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
+
+    ``progress``: pylance's ``FragmentWriteProgress`` hooks (``begin``/``complete`` per
+    data file). ``transaction_properties`` are stored with the commit's transaction, and
+    ``commit_message`` among them (as pylance: see :meth:`LanceDataset.read_transaction`).
 
     ``auto_cleanup_options`` (pylance's ``{"interval": n, "older_than_seconds": s}``): when
     this write creates the dataset, every ``n``-th commit afterwards removes versions older
@@ -622,8 +680,10 @@ async def write_dataset(
     appending = base is not None and mode == "append"
     seed = dict(ReadContext(store, base).dictionaries) if appending and base else {}
     dictionaries = dict(seed)
+    from alance.dataset.progress import ProgressEvents
+    events = ProgressEvents(progress, 0, lance_schema.field_ids()) if progress else None
     fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries,
-                                      storage_version)
+                                      storage_version, events)
     prelude = None
     read_version = base.version if base is not None else 0
     if appending:
@@ -640,6 +700,10 @@ async def write_dataset(
         cleanup = (auto_cleanup_config(**_cleanup_args(auto_cleanup_options))
                    if auto_cleanup_options is not None and base is None else None)
         txn = new_overwrite(read_version, fragments, lance_schema, cleanup)
+    txn.transaction_properties.update(transaction_properties or {})
+    if commit_message is not None:
+        from alance.dataset.lance_operation import LANCE_COMMIT_MESSAGE_KEY
+        txn.transaction_properties[LANCE_COMMIT_MESSAGE_KEY] = commit_message
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
     async with removed_on_failure(store, fragments):
         snap = await commit_transaction(store, handler, base, txn,

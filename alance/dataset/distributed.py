@@ -52,6 +52,7 @@ from alance.dataset.distributed_staging import (
 from alance.dataset.inputs import record_batch_stream, regroup
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import (
+    FileEvents,
     WriteParams,
     delete_fragment_files,
     file_version_of,
@@ -142,29 +143,39 @@ class DistributedWrite:
         deleted. Nothing is committed.
         """
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
+        try:
+            fragments, rows = await self.write_to(store, data, schema)
+        except BaseException:
+            await discard(store, recorder)  # write_fragments deleted the files; records go too
+            raise
+        return UncommittedFragments(self.job_id,
+                                    tuple(f.SerializeToString() for f in fragments), rows)
+
+    async def write_to(self, store: DatasetStore, data: Any, schema: pa.Schema | None = None,
+                       events: FileEvents | None = None,
+                       ) -> tuple[list[table_pb2.DataFragment], int]:
+        """Write ``data`` as :meth:`write` does, through ``store``, with no staging records:
+        the fragments (ids unassigned) and the number of rows. Nothing is committed."""
         if isinstance(data, Iterator) and schema is None:
             first = await asyncio.to_thread(next, data, None)
             if first is None:  # a task without rows writes nothing
-                return UncommittedFragments(self.job_id)
+                return [], 0
             data = itertools.chain([first], data)
         _, batches = await record_batch_stream(data, schema)
         target = self.arrow_schema
         counted = [0]
 
         async def conformed() -> AsyncIterator[pa.RecordBatch]:
-            async for batch in regroup(batches, self.params.rows_per_chunk):
+            async for batch in regroup(batches, self.params.rows_per_chunk,
+                                       self.params.max_bytes_per_file):
                 out = conform_batch(batch, target)
                 counted[0] += out.num_rows
                 yield out
 
-        try:
-            fragments = await write_fragments(store, self.schema, conformed(), self.params, {},
-                                              storage_version=self.data_storage_version)
-        except BaseException:
-            await discard(store, recorder)  # write_fragments deleted the files; records go too
-            raise
-        return UncommittedFragments(self.job_id,
-                                    tuple(f.SerializeToString() for f in fragments), counted[0])
+        fragments = await write_fragments(store, self.schema, conformed(), self.params, {},
+                                          storage_version=self.data_storage_version,
+                                          events=events)
+        return fragments, counted[0]
 
     def _collect(self, parts: Iterable[UncommittedFragments | None],
                  ) -> list[table_pb2.DataFragment]:
@@ -326,14 +337,14 @@ async def plan_write(uri: str | os.PathLike[str], schema: pa.Schema,
         if mode == "create":
             raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use "
                                      "mode='append' or mode='overwrite'")
-    plan = _planned(base, text_uri, mode, schema, options, params, commit_handler,
+    plan = planned_write(base, text_uri, mode, schema, options, params, commit_handler,
                     data_storage_version)
     file_version_of(plan.data_storage_version)  # refuse what alance cannot write, now
     await open_job(store, plan.job_id)
     return plan
 
 
-def _planned(base: Snapshot | None, text_uri: str, mode: str, schema: pa.Schema,
+def planned_write(base: Snapshot | None, text_uri: str, mode: str, schema: pa.Schema,
              options: dict[str, Any], params: WriteParams, commit_handler: str | None,
              data_storage_version: str | None) -> DistributedWrite:
     if base is not None and mode == "append":

@@ -98,7 +98,7 @@ class DistributedDelete:
             return DeletionPart()
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         ctx = ReadContext(store, self.snapshot)
-        addresses = await _addresses(ctx, self.predicate, ids)
+        addresses = await fragment_addresses(ctx, self.predicate, ids)
         by_fragment = split_addresses(addresses)
         written = WrittenFiles()
         try:
@@ -177,7 +177,7 @@ def _merged(parts: list[DeletionPart],
     return updated, removed, affected, written
 
 
-async def _addresses(ctx: ReadContext, predicate: str | pc.Expression, ids: list[int],
+async def fragment_addresses(ctx: ReadContext, predicate: str | pc.Expression, ids: list[int],
                      ) -> np.ndarray:
     """Row addresses (uint64) of the live rows of fragments ``ids`` matching ``predicate``."""
     scanner = Scanner(ctx, columns=[], filter=predicate, with_row_address=True, fragments=ids)

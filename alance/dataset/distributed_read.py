@@ -83,7 +83,7 @@ def scan_task(dataset: Any, task: ReadTask, *, columns: list[str] | None = None,
               filter: str | pc.Expression | None = None, filter_columns: Iterable[str] = (),
               batch_size: int | None = None) -> AsyncIterator[pa.RecordBatch]:
     """Stream the rows of one :class:`ReadTask` of ``dataset`` (a ``LanceDataset``)."""
-    if not any(f.id == task.fragment_id for f in dataset.get_fragments()):
+    if not any(f.id == task.fragment_id for f in dataset.fragment_protos()):
         raise InvalidInputError(f"version {dataset.version} has no fragment {task.fragment_id}")
     scanner = RangeScanner(dataset._ctx, task, columns=columns, filter=filter,
                            filter_columns=filter_columns, batch_size=batch_size)

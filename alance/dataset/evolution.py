@@ -211,6 +211,35 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     check_writer_flags(snapshot.manifest.writer_feature_flags)
     ctx = ReadContext(store, snapshot)
     schema = snapshot.schema
+    planned = await plan_columns(ctx, transforms, read_columns, batch_size,
+                                 concurrency=concurrency, progress=progress)
+    if isinstance(planned, LanceSchema):  # all-null columns, metadata only
+        merged = LanceSchema(copy.deepcopy(schema.fields) + planned.fields,
+                             dict(schema.metadata))
+        return await commit_merge(store, handler, snapshot, snapshot.fragments, merged,
+                                  max_retries)
+    backfill, new_fields, in_order = planned
+    fragments = await backfill.run()
+    if in_order is not None:
+        try:
+            await in_order.check_exhausted()
+        except InvalidInputError:
+            await delete_fragment_files(store, [only_new_files(o, n) for o, n in
+                                                zip(snapshot.fragments, fragments, strict=True)])
+            raise
+    merged = LanceSchema(copy.deepcopy(schema.fields) + new_fields.fields, dict(schema.metadata))
+    return await commit_merge(store, handler, snapshot, fragments, merged, max_retries)
+
+
+async def plan_columns(ctx: ReadContext, transforms: Any, read_columns: Sequence[str] | None,
+                       batch_size: int | None, *, concurrency: int = DEFAULT_CONCURRENCY,
+                       progress: ProgressCallback | None = None,
+                       ) -> LanceSchema | tuple[Backfill, LanceSchema, _InOrder | None]:
+    """How :func:`add_columns` computes new columns (``transforms`` as it takes them): the
+    backfill, the new fields and the row-order source to check for leftovers; or only the new
+    fields when they are all-null columns 2.x files need no data for."""
+    snapshot = ctx.snapshot
+    schema = snapshot.schema
     concurrency_used = concurrency
     in_order: _InOrder | None = None
     if isinstance(transforms, pa.Field):
@@ -226,11 +255,7 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         if file_version_of(snapshot.data_storage_version) is not None:
             # 2.x readers take fields no data file holds as nulls: metadata only, as pylance.
             # (v0.2 readers of pylance cannot mix such fields in: there files are written.)
-            new_fields = _new_fields(snapshot, transforms)
-            merged = LanceSchema(copy.deepcopy(schema.fields) + new_fields.fields,
-                                 dict(schema.metadata))
-            return await commit_merge(store, handler, snapshot, snapshot.fragments, merged,
-                                      max_retries)
+            return _new_fields(snapshot, transforms)
 
         async def null_mapper(batch: pa.RecordBatch) -> pa.RecordBatch:
             return pa.RecordBatch.from_arrays(
@@ -268,16 +293,7 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     backfill = Backfill(ctx, read_fields, system_columns_in(read_names),
                         mapper, new_fields,
                         batch_size=batch_size, concurrency=concurrency_used, progress=progress)
-    fragments = await backfill.run()
-    if in_order is not None:
-        try:
-            await in_order.check_exhausted()
-        except InvalidInputError:
-            await delete_fragment_files(store, [only_new_files(o, n) for o, n in
-                                                zip(snapshot.fragments, fragments, strict=True)])
-            raise
-    merged = LanceSchema(copy.deepcopy(schema.fields) + new_fields.fields, dict(schema.metadata))
-    return await commit_merge(store, handler, snapshot, fragments, merged, max_retries)
+    return backfill, new_fields, in_order
 
 
 def _typed_for_user(mapper: Mapper, read_fields: list[LanceField]) -> Mapper:

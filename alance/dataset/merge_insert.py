@@ -22,12 +22,14 @@ planned again on the newest version, where that key now matches (and is updated)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
 from alance.dataset.blob_rewrite import blob_fields
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
@@ -208,6 +210,35 @@ class MergeInsertBuilder:
 
     async def _attempt(self, snap: Snapshot, source: pa.Table,
                        ) -> tuple[Snapshot, tuple[int, int, int]]:
+        plan = await self._plan(snap, source)
+        async with removed_on_failure(self._store, plan.fragments, plan.written):
+            new = await commit_transaction(self._store, self._handler, snap, plan.txn,
+                                           max_retries=DEFAULT_MAX_RETRIES,
+                                           affected_rows=plan.affected, check=plan.check)
+        await plan.written.remove_unreferenced(self._store, new.fragments)
+        return new, plan.stats
+
+    async def execute_uncommitted(self, data: Any, *, schema: pa.Schema | None = None,
+                                  ) -> tuple[Transaction, dict[str, int]]:
+        """Write the merge's new rows and deletion files without committing: the wire
+        transaction (an Update built on this version) and the counts
+        (``num_inserted_rows``, ``num_updated_rows``, ``num_deleted_rows``)."""
+        if not (self._update or self._insert or self._delete):
+            raise InvalidInputError("merge_insert does nothing: call when_matched_update_all, "
+                                    "when_not_matched_insert_all or "
+                                    "when_not_matched_by_source_delete first")
+        check_writable(self._snapshot)
+        _, batches = await record_batch_stream(data, schema)
+        table = pa.Table.from_batches([b async for b in batches])
+        source = _source_table(table, self._snapshot.schema.to_arrow(), self._keys)
+        plan = await self._plan(self._snapshot, source)
+        inserted, updated, deleted = plan.stats
+        return plan.txn, {"num_inserted_rows": inserted, "num_updated_rows": updated,
+                          "num_deleted_rows": deleted}
+
+    async def _plan(self, snap: Snapshot, source: pa.Table) -> _Plan:
+        """Write the new rows and deletion files of one attempt on ``snap`` (removed again if
+        this fails); the transaction is not committed."""
         ctx = ReadContext(self._store, snap)
         target = await self._target_rows(ctx)
         keys = self._keys
@@ -276,12 +307,20 @@ class MergeInsertBuilder:
                              fields_for_preserving_frag_bitmap=field_ids)
             check = _InsertedKeysCheck(self._store, keys, inserted_keys) if (
                 inserted_keys.num_rows) else None
-            new = await commit_transaction(self._store, self._handler, snap, txn,
-                                           max_retries=DEFAULT_MAX_RETRIES,
-                                           affected_rows=by_fragment,
-                                           check=check)
-        await written.remove_unreferenced(self._store, new.fragments)
-        return new, (len(inserted_src), len(updated_src), len(deleted_tgt))
+        return _Plan(txn, fragments, written, by_fragment, check,
+                     (len(inserted_src), len(updated_src), len(deleted_tgt)))
+
+
+@dataclass
+class _Plan:
+    """One attempt's written files and its uncommitted transaction."""
+
+    txn: Transaction
+    fragments: list[table_pb2.DataFragment]
+    written: WrittenFiles
+    affected: dict[int, np.ndarray]
+    check: Any
+    stats: tuple[int, int, int]
 
 
 async def _rows_at(ctx: ReadContext, addresses: np.ndarray, names: list[str]) -> pa.Table:

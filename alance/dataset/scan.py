@@ -220,7 +220,7 @@ class Scanner:
         if fragments is None:
             self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
         else:
-            wanted = {int(getattr(f, "id", f)) for f in fragments}
+            wanted = {int(getattr(f, "fragment_id", getattr(f, "id", f))) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
         # Page pruning by statistics (alance.dataset.pruning); its counters in ``self.stats``.
         self.stats = ScanStats()

@@ -204,6 +204,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           batches: AsyncIterator[pa.RecordBatch], params: WriteParams,
                           dictionaries: dict[int, pa.Array] | None = None,
                           storage_version: str = "0.1",
+                          events: FileEvents | None = None,
                           ) -> list[table_pb2.DataFragment]:
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
 
@@ -217,6 +218,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     id -> values) seeds dictionary columns and is updated in place: values first seen in this
     write are appended, so keys written earlier stay valid and one dictionary serves every
     file. On any error, the files this call wrote are deleted before the error propagates.
+    ``events`` (optional) hears of each data file as it is opened and as its fragment is done.
     """
     refuse_blob_columns(schema, storage_version)
     dictionaries = dictionaries if dictionaries is not None else {}
@@ -236,6 +238,8 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             name = f"{random_file_name()}.lance"
             path = f"{DATA_DIR}/{name}"
             written.append(path)
+            if events is not None:
+                await events.opened(name)
             encoder = (LegacyFileWriter(schema, dictionaries=dictionaries)
                        if file_version is None else V2FileWriter(schema, file_version))
             rows = 0
@@ -282,11 +286,23 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                                file_major_version=encoder.version[0],
                                file_minor_version=encoder.version[1], file_size_bytes=size)
             fragments.append(frag)
+            if events is not None:
+                await events.finished(frag)
     except BaseException:
         for path in written:
             await store.delete(path)
         raise
     return fragments
+
+
+class FileEvents(Protocol):
+    """What :func:`write_fragments` reports about each data file it writes."""
+
+    async def opened(self, name: str) -> None:
+        """A new data file (``name`` under ``data/``) is about to be written."""
+
+    async def finished(self, fragment: table_pb2.DataFragment) -> None:
+        """The file is complete: its fragment (id unassigned)."""
 
 
 class _Removable(Protocol):

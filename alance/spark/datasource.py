@@ -227,7 +227,7 @@ class AlanceReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         """One partition per fragment (or per row range of a large fragment)."""
-        tasks = plan_read(self.dataset.get_fragments(), self.rows_per_partition)
+        tasks = plan_read(self.dataset.fragment_protos(), self.rows_per_partition)
         return [FragmentPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
