@@ -13,7 +13,7 @@ import asyncio
 import atexit
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -52,6 +52,21 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def iterate(agen: AsyncIterator[T]) -> Iterator[T]:
+    """A blocking iterator over an async iterator, stepped on the background loop."""
+    try:
+        while True:
+            try:
+                item: T = run(anext(agen))  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(agen, "aclose", None)
+        if aclose is not None:
+            run(aclose())
 
 
 def _after_fork_in_child() -> None:

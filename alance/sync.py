@@ -15,7 +15,7 @@ import builtins
 import dataclasses
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -47,19 +47,7 @@ from alance.format.schema import LanceSchema
 T = TypeVar("T")
 
 
-def _iterate(agen: AsyncIterator[T]) -> Iterator[T]:
-    """A blocking iterator over an async iterator, stepped on the background loop."""
-    try:
-        while True:
-            try:
-                item: T = _loop.run(anext(agen))  # type: ignore[arg-type]
-            except StopAsyncIteration:
-                return
-            yield item
-    finally:
-        aclose = getattr(agen, "aclose", None)
-        if aclose is not None:
-            _loop.run(aclose())
+_iterate = _loop.iterate
 
 
 class Scanner:
@@ -840,3 +828,12 @@ __all__ += ["LANCE_COMMIT_MESSAGE_KEY", "BulkCommitResult", "DataFile", "Deletio
             "format_fragment",
             "NoopFragmentWriteProgress",
             "LanceOperation", "RowIdMeta", "Transaction", "write_fragments"]
+
+from alance import sync_file as file  # noqa: E402
+from alance.sync_file import (  # noqa: E402
+    LanceFileReader,
+    LanceFileSession,
+    LanceFileWriter,
+)
+
+__all__ += ["LanceFileReader", "LanceFileSession", "LanceFileWriter", "file"]

@@ -289,7 +289,7 @@ def encode_blob_v1(f: LanceField, values: BlobValues, start: int,
                       {PACKED_META_KEY: b"true"})
     layers = [pb.REPDEF_ALL_VALID_ITEM if valid.all() else pb.REPDEF_NULLABLE_ITEM]
     pages = []
-    for page in encode_pages(shred(stub, stored)[0], large_chunks=False):
+    for page in encode_pages(shred(stub, stored)[0], large_chunks=version >= (2, 2)):
         layout = pb.PageLayout(blob_layout=pb.BlobLayout(inner_layout=page.layout,
                                                          layers=layers))
         pages.append(EncodedPage(page.buffers, layout, page.num_rows))

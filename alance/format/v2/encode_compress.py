@@ -45,6 +45,12 @@ _DICT_SAMPLE = 4096
 #: Bit-packing must save at least 5 % (floats, whose exponent fills the top bits, save ~3 %:
 #: not worth the time; pylance packs them anyway).
 MAX_PACKED_SHARE = 0.95
+#: Field metadata naming the compression a column asks for (``zstd``, ``none``, ...) and
+#: its level (pylance's keys).
+COMPRESSION_META_KEY = "lance-encoding:compression"
+COMPRESSION_LEVEL_META_KEY = "lance-encoding:compression-level"
+#: zstd level of a column whose metadata asks for zstd without a level.
+REQUESTED_ZSTD_LEVEL = 3
 #: zstd level of general compression (1: fast, as good as higher levels on small chunks).
 ZSTD_LEVEL = 1
 #: Variable pages smaller than this are not worth compressing.
@@ -268,10 +274,11 @@ def pack_levels(levels: np.ndarray, i0: np.ndarray, i1: np.ndarray,
 
 
 # -- general compression ----------------------------------------------------------------------
-def zstd_chunks(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def zstd_chunks(data: np.ndarray, offsets: np.ndarray, level: int = ZSTD_LEVEL,
+                ) -> tuple[np.ndarray, np.ndarray] | None:
     """zstd-compress every chunk ``data[offsets[c]:offsets[c + 1]]`` (8-byte size prefix);
     None when the result is not smaller."""
-    codec = pa.Codec("zstd", ZSTD_LEVEL)
+    codec = pa.Codec("zstd", level)
     parts: list[bytes] = []
     sizes = np.empty(len(offsets) - 1, dtype=np.int64)
     bounds = offsets.tolist()
@@ -288,11 +295,12 @@ def zstd_chunks(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.n
     return out, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
-def general(inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+def general(inner: pb.CompressiveEncoding, level: int = ZSTD_LEVEL,
+            ) -> pb.CompressiveEncoding:
     """``inner`` wrapped in zstd general compression."""
     return pb.CompressiveEncoding(general=pb.General(
         compression=pb.BufferCompression(scheme=pb.COMPRESSION_ALGORITHM_ZSTD,
-                                         level=ZSTD_LEVEL),
+                                         level=level),
         values=inner))
 
 

@@ -24,9 +24,14 @@ from itertools import pairwise
 import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
-from alance.errors import UnsupportedFeatureError
+from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.format.schema import LanceField
 from alance.format.v2.encode_compress import (
+    COMPRESSION_LEVEL_META_KEY,
+    COMPRESSION_META_KEY,
     MIN_COMPRESS_BYTES,
+    REQUESTED_ZSTD_LEVEL,
+    ZSTD_LEVEL,
     CodedChunks,
     bitpack,
     bitpackable,
@@ -83,8 +88,9 @@ def encode_pages(sh: Shredded, *, large_chunks: bool, depth: int = 0) -> list[En
         return [encode_fullzip(sh, vd)]
     if large_chunks and _all_equal(sh, vd):
         return [_constant(sh, bytes(vd.data[0]))]
-    page = _miniblock(sh, maybe_dictionary(sh.values, vd) if vd.kind == VARIABLE else vd,
-                      large_chunks)
+    asked = requested_compression(sh.field)
+    page = _miniblock(sh, maybe_dictionary(sh.values, vd)
+                      if vd.kind == VARIABLE and asked is None else vd, large_chunks)
     if page is not None:
         return [page]
     if zippable and (depth >= _MAX_SPLITS or sh.num_rows < 2):
@@ -308,9 +314,14 @@ def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels:
     """The values compressed (bit-packed, or zstd on variable-width chunks) when that saves
     space and every chunk still fits its limits; None to store them uncompressed."""
     coded: CodedChunks | None = None
+    asked = requested_compression(sh.field)
+    if asked == "none":
+        return None
+    level = asked if isinstance(asked, int) else ZSTD_LEVEL
     if bitpackable(vd):
         coded = rle(vd.data, vd.width) or bitpack(vd.data, vd.width)
-    elif vd.kind == VARIABLE and len(vd.data) + vd.offset_bytes * vd.n >= MIN_COMPRESS_BYTES:
+    elif vd.kind == VARIABLE and (asked is not None or len(vd.data) + vd.offset_bytes * vd.n
+                                  >= MIN_COMPRESS_BYTES):
         starts = _plan_chunks(sh, vd, value_item, n_levels, word, _COMPRESSED_CHUNK_BYTES)
         if starts is None:
             return None
@@ -319,9 +330,10 @@ def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels:
         pieces = [np.concatenate(_chunk_values(vd, raw, a, b))
                   for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
         offsets = np.concatenate(([0], np.cumsum([len(p) for p in pieces]))).astype(np.int64)
-        packed = zstd_chunks(np.concatenate(pieces), offsets)
+        packed = zstd_chunks(np.concatenate(pieces), offsets, level)
         if packed is not None:
-            coded = CodedChunks(starts, [packed[0]], [packed[1]], general(value_encoding(vd)))
+            coded = CodedChunks(starts, [packed[0]], [packed[1]],
+                                general(value_encoding(vd), level))
     if coded is None:
         return None
     i0, i1 = _item_bounds(coded.starts, value_item, sh.num_items)
@@ -330,6 +342,31 @@ def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels:
             n_levels and (2 * (i1 - i0) > 0xFFFF).any()):
         return None
     return coded
+
+
+def requested_compression(field: LanceField) -> int | str | None:
+    """What the field's metadata asks of its values: a zstd level, ``"none"`` (store them
+    uncompressed), or ``None`` (the encoder chooses). Other schemes are refused."""
+    raw = field.metadata.get(COMPRESSION_META_KEY)
+    if raw is None:
+        return None
+    scheme = (raw.decode() if isinstance(raw, bytes) else str(raw)).strip().lower()
+    if scheme in ("none", ""):
+        return "none"
+    if scheme == "fsst":
+        return None  # the encoder's own choice for strings
+    if scheme != "zstd":
+        raise UnsupportedFeatureError(
+            f"field {field.name!r}: {COMPRESSION_META_KEY}={scheme!r} is not supported "
+            "(zstd, fsst or none)")
+    level = field.metadata.get(COMPRESSION_LEVEL_META_KEY)
+    if level is None:
+        return REQUESTED_ZSTD_LEVEL
+    try:
+        return int(level.decode() if isinstance(level, bytes) else level)
+    except ValueError:
+        raise InvalidInputError(f"field {field.name!r}: {COMPRESSION_LEVEL_META_KEY} must "
+                                f"be an integer, not {level!r}") from None
 
 
 def _levels(levels: np.ndarray, i0: np.ndarray, i1: np.ndarray,

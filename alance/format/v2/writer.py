@@ -61,7 +61,7 @@ def _column_encoding(*, blob: bool = False) -> bytes:
     return wrapper.SerializeToString()
 
 
-def _check_blob(f: LanceField, version: tuple[int, int]) -> bool:
+def _check_blob(f: LanceField, version: tuple[int, int], blob_v1: bool = False) -> bool:
     """Whether top-level field ``f`` is a blob column this file version can hold (raises
     UnsupportedFeatureError for one it cannot, or for blob columns inside other fields)."""
     inner = next((g for g in f.walk() if g is not f and blob_version(g)), None)
@@ -73,7 +73,7 @@ def _check_blob(f: LanceField, version: tuple[int, int]) -> bool:
         raise UnsupportedFeatureError(
             f"field {f.name!r}: blob v2 columns need data storage version 2.2 (this dataset "
             f"uses {version[0]}.{version[1]})")
-    if kind == 1 and version >= (2, 2):
+    if kind == 1 and version >= (2, 2) and not blob_v1:
         raise UnsupportedFeatureError(
             f"field {f.name!r}: 2.2 files hold blob v2 columns, not blob v1 (write_dataset "
             "converts blob v1 input fields)")
@@ -135,8 +135,15 @@ class V2FileWriter:
     offset 0.
     """
 
-    def __init__(self, schema: LanceSchema, version: tuple[int, int] = (2, 2)) -> None:
-        """Prepare a writer for ``schema`` (field ids as in the dataset manifest)."""
+    def __init__(self, schema: LanceSchema, version: tuple[int, int] = (2, 2), *,
+                 page_bytes: int = PAGE_BYTES, blob_v1: bool = False) -> None:
+        """Prepare a writer for ``schema`` (field ids as in the dataset manifest).
+
+        ``page_bytes``: a batch's column larger than this is split into pages of about this
+        size (at least one row each). ``blob_v1``: 2.2 files may hold blob v1 columns (values
+        in the file itself, as pylance's file writer stores them; datasets store blob v2)."""
+        if page_bytes < 1:
+            raise InvalidInputError(f"page_bytes must be positive, not {page_bytes}")
         if version not in WRITABLE_VERSIONS:
             raise UnsupportedFeatureError(
                 f"alance writes Lance file versions 2.0, 2.1 and 2.2, not "
@@ -144,7 +151,7 @@ class V2FileWriter:
         if not schema.fields:
             raise InvalidInputError("cannot write a data file without columns")
         for f in schema.fields:
-            if _check_blob(f, version):
+            if _check_blob(f, version, blob_v1):
                 continue
             if version == (2, 0):
                 check_field20(f, f.name)
@@ -165,6 +172,8 @@ class V2FileWriter:
         self._struct_rows: dict[int, int] = {
             i: 0 for i, f in enumerate(self._leaves)
             if version == (2, 0) and f.logical_type == "struct" and not is_packed_struct(f)}
+        self._page_bytes = page_bytes
+        self._extra_globals: list[bytes] = []
         self._position = 0
         self._num_rows = 0
         self._finished = False
@@ -273,6 +282,20 @@ class V2FileWriter:
         self._sidecar_chunks.extend(enc.sidecars)
         return [(p.buffers, p.layout, p.num_rows) for p in enc.pages]
 
+    def add_global_buffer(self, data: bytes) -> int:
+        """Store ``data`` as a global buffer of the file (written by :meth:`finish`, after
+        the schema, which is buffer 0); returns its index."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        self._extra_globals.append(bytes(data))
+        return len(self._extra_globals)
+
+    def set_schema_metadata(self, key: str, value: bytes) -> None:
+        """Add or replace one key of the schema metadata the file records."""
+        if self._finished:
+            raise InvalidInputError("writer already finished")
+        self._schema.metadata[key] = value
+
     def take_sidecar_chunks(self) -> list[SidecarChunk]:
         """The sidecar bytes produced since the last call, in order: append each chunk's
         ``data`` to sidecar ``blob_id`` (see :func:`alance.format.v2.blob.sidecar_path`);
@@ -286,7 +309,7 @@ class V2FileWriter:
         """The pages of every column of one top-level field."""
         lf, arr = field
         per_leaf: list[list[tuple[list[Buffer], Message, int]]] | None = None
-        for lo, hi in _page_slices(arr):
+        for lo, hi in _page_slices(arr, self._page_bytes):
             part = arr.slice(lo, hi - lo)
             pages: list[list[tuple[list[Buffer], Message, int]]]
             if self._version == (2, 0):
@@ -329,7 +352,8 @@ class V2FileWriter:
         for k, v in self._schema.metadata.items():
             descriptor.schema.metadata[k] = v
         schema_bytes = descriptor.SerializeToString()
-        schema_pos = put(schema_bytes, BUFFER_ALIGN)
+        globals_ = [(put(schema_bytes, BUFFER_ALIGN), len(schema_bytes))]
+        globals_ += [(put(extra, BUFFER_ALIGN), len(extra)) for extra in self._extra_globals]
         for col, rows in self._struct_rows.items():
             page = file2_pb2.ColumnMetadata.Page(length=rows, priority=0)
             page.encoding.direct.encoding = _any(
@@ -348,8 +372,8 @@ class V2FileWriter:
         put(np.array(ranges, dtype="<u8").reshape(-1, 2).tobytes())
         gbo_start = pos
         footer_version = _FOOTER_2_0 if self._version == (2, 0) else self._version
-        put(np.array([[schema_pos, len(schema_bytes)]], dtype="<u8").tobytes())
-        put(struct.pack("<QQQIIHH", column_meta_start, cmo_start, gbo_start, 1,
+        put(np.array(globals_, dtype="<u8").reshape(-1, 2).tobytes())
+        put(struct.pack("<QQQIIHH", column_meta_start, cmo_start, gbo_start, len(globals_),
                         len(self._pages), *footer_version) + MAGIC)
         self._position = pos
         return b"".join(parts)
@@ -368,13 +392,13 @@ def _as_bytes(buf: Buffer) -> bytes | memoryview:
     return np.ascontiguousarray(buf).view(np.uint8).reshape(-1).data
 
 
-def _page_slices(arr: pa.Array) -> list[tuple[int, int]]:
-    """Row ranges of the pages of one top-level column (each at most about PAGE_BYTES)."""
+def _page_slices(arr: pa.Array, page_bytes: int) -> list[tuple[int, int]]:
+    """Row ranges of the pages of one top-level column (each at most about ``page_bytes``)."""
     n = len(arr)
     size = arr.nbytes if n else 0
-    if size <= PAGE_BYTES or n <= 1:
+    if size <= page_bytes or n <= 1:
         return [(0, n)]
-    pages = -(-size // PAGE_BYTES)
+    pages = -(-size // page_bytes)
     step = -(-n // pages)
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
