@@ -355,3 +355,16 @@ async def test_merge_insert_on_two_columns(uri: str) -> None:
     out = (await result.dataset.to_table()).sort_by([("a", "ascending"), ("b", "ascending")])
     assert out.to_pylist() == [{"a": 1, "b": "x", "v": 1.0}, {"a": 1, "b": "y", "v": 20.0},
                                {"a": 3, "b": "x", "v": 30.0}]
+
+
+def test_null_into_non_nullable_column_is_typed_and_commits_nothing(local_uri: str) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
+    ds = al.write_dataset(pa.table({"id": [1, 2], "s": ["x", "y"]}, schema=schema), local_uri)
+    with pytest.raises(InvalidInputError, match="'id'"):
+        ds.update({"id": "NULL"}, where="id = 1")
+    source = pa.table({"id": pa.array([None, 1], pa.int64()), "s": ["a", "x"]})
+    with pytest.raises(InvalidInputError, match="'id'"):
+        ds.merge_insert("s").when_matched_update_all().when_not_matched_insert_all().execute(
+            source)
+    assert ds.version == 1
+    assert ds.to_table().equals(pa.table({"id": [1, 2], "s": ["x", "y"]}, schema=schema))

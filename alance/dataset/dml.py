@@ -116,8 +116,21 @@ def storage_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     columns = [c.storage if isinstance(c, pa.ExtensionArray) else c for c in batch.columns]
     out = pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
     if not out.schema.equals(schema):
-        out = out.cast(schema)
+        out = cast_rows(out, schema)
     return out
+
+
+TableOrBatch = TypeVar("TableOrBatch", pa.Table, pa.RecordBatch)
+
+
+def cast_rows(rows: TableOrBatch, schema: pa.Schema) -> TableOrBatch:
+    """``rows`` cast to ``schema``; values the schema cannot hold (a null in a non-nullable
+    column, an overflow) raise :class:`~alance.errors.InvalidInputError` naming the column."""
+    try:
+        return rows.cast(schema)
+    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
+            pa.ArrowTypeError) as exc:
+        raise InvalidInputError(f"the rows do not fit the dataset's schema: {exc}") from exc
 
 
 async def write_rows(ctx: ReadContext, batches: AsyncIterator[pa.RecordBatch],

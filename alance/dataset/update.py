@@ -29,6 +29,7 @@ from alance.dataset.blob_rewrite import blob_fields, complete_rows, scanned_colu
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.dml import (
+    cast_rows,
     check_retries,
     check_writable,
     storage_batch,
@@ -102,7 +103,7 @@ def apply_updates(batch: pa.RecordBatch, schema: pa.Schema,
         result = pads.dataset(table).to_table(columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise InvalidInputError(f"cannot compute the updated values: {exc}") from exc
-    result = result.cast(schema) if not result.schema.equals(schema) else result
+    result = cast_rows(result, schema) if not result.schema.equals(schema) else result
     combined = result.combine_chunks()
     batches = combined.to_batches()
     return batches[0] if batches else schema.empty_table().to_batches()[0]
