@@ -124,12 +124,14 @@ TableOrBatch = TypeVar("TableOrBatch", pa.Table, pa.RecordBatch)
 
 
 def cast_rows(rows: TableOrBatch, schema: pa.Schema) -> TableOrBatch:
-    """``rows`` cast to ``schema``; values the schema cannot hold (a null in a non-nullable
-    column, an overflow) raise :class:`~alance.errors.InvalidInputError` naming the column."""
+    """``rows`` cast to ``schema``; a null in a non-nullable column raises
+    :class:`~alance.errors.InvalidInputError` naming the column (Arrow's conversion errors
+    pass through, for the caller to map)."""
     try:
         return rows.cast(schema)
-    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError,
-            pa.ArrowTypeError) as exc:
+    except ValueError as exc:
+        if isinstance(exc, pa.ArrowException):
+            raise
         raise InvalidInputError(f"the rows do not fit the dataset's schema: {exc}") from exc
 
 
