@@ -48,6 +48,11 @@ class UnrepresentableValueError(InvalidInputError):
     """
 
 
+class MergeInsertMatchError(InvalidInputError):
+    """A merge insert built with ``when_matched_fail`` found source rows that match rows of
+    the table (nothing was written)."""
+
+
 class PathOutsideDatasetError(InvalidInputError):
     """A path (e.g. in a manifest) would escape the dataset root."""
 
@@ -147,6 +152,7 @@ __all__ = [
     "DatasetNotFoundError",
     "IncompatibleTransactionError",
     "InvalidInputError",
+    "MergeInsertMatchError",
     "NotFoundError",
     "PathOutsideDatasetError",
     "PermissionDeniedError",

@@ -575,6 +575,16 @@ class MergeInsertBuilder:
         self._async.when_not_matched_by_source_delete(expr)
         return self
 
+    def when_matched_fail(self) -> MergeInsertBuilder:
+        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.when_matched_fail`."""
+        self._async.when_matched_fail()
+        return self
+
+    def retry_timeout(self, timeout: dt.timedelta | float) -> MergeInsertBuilder:
+        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.retry_timeout`."""
+        self._async.retry_timeout(timeout)
+        return self
+
     def conflict_retries(self, retries: int) -> MergeInsertBuilder:
         """How many times to plan again after a retryable conflict."""
         self._async.conflict_retries(retries)

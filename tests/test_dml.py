@@ -15,6 +15,7 @@ from alance import sync as al
 from alance._proto import table_pb2
 from alance.errors import (
     InvalidInputError,
+    MergeInsertMatchError,
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnrepresentableValueError,
@@ -368,3 +369,43 @@ def test_null_into_non_nullable_column_is_typed_and_commits_nothing(local_uri: s
             source)
     assert ds.version == 1
     assert ds.to_table().equals(pa.table({"id": [1, 2], "s": ["x", "y"]}, schema=schema))
+
+
+def test_when_matched_fail_refuses_matches_and_writes_nothing(local_uri: str) -> None:
+    ds = al.write_dataset(pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}), local_uri)
+    result = (ds.merge_insert("id").when_matched_fail().when_not_matched_insert_all()
+              .execute(pa.table({"id": [4, 5], "v": [40, 50]})))
+    assert (result.num_inserted_rows, result.num_updated_rows) == (2, 0)
+    assert ds.version == 2
+    files_before = sorted(os.listdir(os.path.join(local_uri, "data")))
+    clash = pa.table({"id": [2, 9], "v": [200, 900]})
+    with pytest.raises(MergeInsertMatchError, match="1 source rows match"):
+        ds.merge_insert("id").when_matched_fail().when_not_matched_insert_all().execute(clash)
+    with pytest.raises(MergeInsertMatchError):
+        ds.merge_insert("id").when_matched_fail().execute_uncommitted(clash)
+    assert ds.version == 2
+    assert sorted(os.listdir(os.path.join(local_uri, "data"))) == files_before
+    assert ds.to_table().sort_by("id")["id"].to_pylist() == [1, 2, 3, 4, 5]
+
+
+def test_retry_timeout_arguments(local_uri: str) -> None:
+    import datetime as dt
+    ds = al.write_dataset(pa.table({"id": [1, 2, 3]}), local_uri)
+    ds.update({"id": "id + 10"}, where="id = 1", conflict_retries=2,
+              retry_timeout=dt.timedelta(seconds=5))
+    ds.delete("id = 2", retry_timeout=1.5)
+    (ds.merge_insert("id").retry_timeout(dt.timedelta(seconds=3)).when_not_matched_insert_all()
+     .execute(pa.table({"id": [7]})))
+    assert sorted(ds.to_table()["id"].to_pylist()) == [3, 7, 11]
+    with pytest.raises(InvalidInputError, match="retry_timeout"):
+        ds.delete("id = 3", retry_timeout=-1)
+
+
+def test_bare_memory_uri_is_a_fresh_private_dataset() -> None:
+    one = al.write_dataset(pa.table({"id": [1, 2]}), "memory://")
+    two = al.write_dataset(pa.table({"id": [3]}), "memory://")
+    assert one.uri != two.uri
+    one.delete("id = 1")
+    assert one.to_table()["id"].to_pylist() == [2]
+    assert al.open_dataset(one.uri).count_rows() == 1
+    assert two.count_rows() == 1

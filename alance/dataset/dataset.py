@@ -34,7 +34,13 @@ from alance.dataset.config import (
     warn_deprecated,
 )
 from alance.dataset.delete import delete_rows
-from alance.dataset.dml import DEFAULT_CONFLICT_RETRIES, DeleteResult, UpdateResult
+from alance.dataset.dml import (
+    DEFAULT_CONFLICT_RETRIES,
+    DEFAULT_RETRY_TIMEOUT,
+    DeleteResult,
+    UpdateResult,
+    retry_seconds,
+)
 from alance.dataset.inputs import appended_layout, record_batch_stream, regroup
 from alance.dataset.json_columns import as_jsonb
 from alance.dataset.merge_insert import MergeInsertBuilder
@@ -337,29 +343,36 @@ class LanceDataset:
 
     # -- changing rows -----------------------------------------------------------------------
     async def delete(self, predicate: str | pc.Expression, *,
-                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES) -> DeleteResult:
+                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+                     retry_timeout: dt.timedelta | float | None = DEFAULT_RETRY_TIMEOUT,
+                     ) -> DeleteResult:
         """Delete the rows matching ``predicate`` (SQL text or a pyarrow expression).
 
         Commits a new version (also when nothing matches, as pylance does) and returns it with
         the number of rows deleted. Planned on this version; concurrent commits are rebased
         over or, when they changed the same rows, the delete is planned again on the newest
-        version up to ``conflict_retries`` times.
+        version up to ``conflict_retries`` times, within ``retry_timeout`` (default 30 s).
         """
         snap, count, _ = await delete_rows(self._store, self._handler, self._snapshot,
-                                           predicate, conflict_retries=conflict_retries)
+                                           predicate, conflict_retries=conflict_retries,
+                                           retry_timeout=retry_seconds(retry_timeout))
         return DeleteResult(LanceDataset(self._store, self._handler, snap), count)
 
     async def update(self, updates: Mapping[str, Any],
                      where: str | pc.Expression | None = None, *,
-                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES) -> UpdateResult:
+                     conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+                     retry_timeout: dt.timedelta | float | None = DEFAULT_RETRY_TIMEOUT,
+                     ) -> UpdateResult:
         """Set columns of the rows matching ``where`` (all rows if ``None``).
 
         ``updates`` maps column names to SQL expressions over the old row (``"v + 1"``,
         ``"'text'"``) or to plain Python values. Old rows are deleted and rewritten in new
         fragments (Lance's rewrite-rows mode). Returns the new version and the row count.
+        Conflicts are retried as :meth:`delete` retries them.
         """
         snap, count, _ = await update_rows(self._store, self._handler, self._snapshot, updates,
-                                           where, conflict_retries=conflict_retries)
+                                           where, conflict_retries=conflict_retries,
+                                           retry_timeout=retry_seconds(retry_timeout))
         return UpdateResult(LanceDataset(self._store, self._handler, snap), count)
 
     # -- schema evolution (alance.dataset.evolution) -----------------------------------------

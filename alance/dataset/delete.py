@@ -46,7 +46,8 @@ def predicate_text(predicate: str | pc.Expression) -> str:
 
 async def delete_rows(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                       predicate: str | pc.Expression, *, conflict_retries: int,
-                      max_retries: int = DEFAULT_MAX_RETRIES) -> tuple[Snapshot, int, int]:
+                      max_retries: int = DEFAULT_MAX_RETRIES,
+                      retry_timeout: float | None = None) -> tuple[Snapshot, int, int]:
     """Delete the rows matching ``predicate``; returns (new version, rows deleted, attempts)."""
     text = predicate_text(predicate)
     check_retries(conflict_retries)
@@ -67,5 +68,5 @@ async def delete_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         return new, sum(len(v) for v in by_fragment.values())
 
     (new, count), attempts = await with_replanning(store, handler, snapshot, attempt,
-                                                   conflict_retries)
+                                                   conflict_retries, retry_timeout)
     return new, count, attempts

@@ -9,6 +9,8 @@ and the operation is planned again on the newest version, up to ``conflict_retri
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +42,8 @@ T = TypeVar("T")
 
 #: How many times DML operations plan again after a retryable conflict (as pylance).
 DEFAULT_CONFLICT_RETRIES = 10
+#: How long conflicts are retried by planning again (pylance's default ``retry_timeout``).
+DEFAULT_RETRY_TIMEOUT = dt.timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -93,17 +97,32 @@ def check_retries(conflict_retries: int) -> None:
                                 f"got {conflict_retries!r}")
 
 
+def retry_seconds(retry_timeout: dt.timedelta | float | None) -> float | None:
+    """A ``retry_timeout`` argument (a timedelta or seconds; ``None``: no limit) in seconds."""
+    if retry_timeout is None:
+        return None
+    seconds = (retry_timeout.total_seconds() if isinstance(retry_timeout, dt.timedelta)
+               else retry_timeout)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise InvalidInputError(f"retry_timeout must be a timedelta or seconds >= 0, got "
+                                f"{retry_timeout!r}")
+    return float(seconds)
+
+
 async def with_replanning(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                           attempt: Callable[[Snapshot], Awaitable[T]], conflict_retries: int,
-                          ) -> tuple[T, int]:
+                          retry_timeout: float | None = None) -> tuple[T, int]:
     """Run ``attempt`` (plan + commit) on ``snapshot``, then on the newest version after each
-    retryable conflict. Returns the result and the number of attempts made."""
+    retryable conflict, up to ``conflict_retries`` times and while ``retry_timeout`` seconds
+    have not passed since the start. Returns the result and the number of attempts made."""
     snap = snapshot
+    start = time.monotonic()
     for number in range(conflict_retries + 1):
         try:
             return await attempt(snap), number + 1
         except RetryableCommitConflictError:
-            if number == conflict_retries:
+            if number == conflict_retries or (
+                    retry_timeout is not None and time.monotonic() - start >= retry_timeout):
                 raise
         await asyncio.sleep(backoff_delay(number))
         snap = await load_snapshot(store, handler)

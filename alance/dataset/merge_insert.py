@@ -21,6 +21,7 @@ planned again on the newest version, where that key now matches (and is updated)
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +42,11 @@ from alance.dataset.deletions import (
 )
 from alance.dataset.dml import (
     DEFAULT_CONFLICT_RETRIES,
+    DEFAULT_RETRY_TIMEOUT,
     MergeInsertResult,
     check_retries,
     check_writable,
+    retry_seconds,
     storage_batch,
     with_replanning,
     write_rows,
@@ -56,6 +59,7 @@ from alance.dataset.snapshot import Snapshot
 from alance.dataset.write import removed_on_failure
 from alance.errors import (
     InvalidInputError,
+    MergeInsertMatchError,
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnsupportedFeatureError,
@@ -144,12 +148,20 @@ class MergeInsertBuilder:
         self._delete: bool = False
         self._delete_expr: str | None = None
         self._retries = DEFAULT_CONFLICT_RETRIES
+        self._retry_timeout: float | None = retry_seconds(DEFAULT_RETRY_TIMEOUT)
+        self._fail_on_match = False
 
     def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
         """Update matched rows (only where ``condition`` over ``source.x``/``target.x`` holds)."""
         if condition is not None:
             self._check_condition(condition)
         self._update, self._condition = True, condition
+        return self
+
+    def when_matched_fail(self) -> MergeInsertBuilder:
+        """Refuse the whole merge if any source row matches a row of the table (an
+        insert-if-absent that must not touch existing rows): nothing is written."""
+        self._fail_on_match, self._update, self._condition = True, False, None
         return self
 
     def when_not_matched_insert_all(self) -> MergeInsertBuilder:
@@ -170,6 +182,17 @@ class MergeInsertBuilder:
         self._retries = retries
         return self
 
+    def retry_timeout(self, timeout: dt.timedelta | float) -> MergeInsertBuilder:
+        """How long to keep planning again after retryable conflicts (default 30 s)."""
+        self._retry_timeout = retry_seconds(timeout)
+        return self
+
+    def _check_action(self) -> None:
+        if not (self._update or self._insert or self._delete or self._fail_on_match):
+            raise InvalidInputError("merge_insert does nothing: call when_matched_update_all, "
+                                    "when_matched_fail, when_not_matched_insert_all or "
+                                    "when_not_matched_by_source_delete first")
+
     def _check_condition(self, condition: str) -> None:
         arrow = self._snapshot.schema.to_arrow()
         struct = pa.struct(list(arrow))
@@ -178,17 +201,14 @@ class MergeInsertBuilder:
 
     async def execute(self, data: Any, *, schema: pa.Schema | None = None) -> MergeInsertResult:
         """Run the merge with ``data`` as the source and commit it; returns the counts."""
-        if not (self._update or self._insert or self._delete):
-            raise InvalidInputError("merge_insert does nothing: call when_matched_update_all, "
-                                    "when_not_matched_insert_all or "
-                                    "when_not_matched_by_source_delete first")
+        self._check_action()
         check_writable(self._snapshot)
         _, batches = await record_batch_stream(data, schema)
         table = pa.Table.from_batches([b async for b in batches])
         source = _source_table(table, self._snapshot.schema.to_arrow(), self._keys)
         (snap, stats), attempts = await with_replanning(
             self._store, self._handler, self._snapshot,
-            lambda s: self._attempt(s, source), self._retries)
+            lambda s: self._attempt(s, source), self._retries, self._retry_timeout)
         return MergeInsertResult(self._wrap(snap), *stats, num_attempts=attempts)
 
     # -- one plan + commit ----------------------------------------------------------------
@@ -223,10 +243,7 @@ class MergeInsertBuilder:
         """Write the merge's new rows and deletion files without committing: the wire
         transaction (an Update built on this version) and the counts
         (``num_inserted_rows``, ``num_updated_rows``, ``num_deleted_rows``)."""
-        if not (self._update or self._insert or self._delete):
-            raise InvalidInputError("merge_insert does nothing: call when_matched_update_all, "
-                                    "when_not_matched_insert_all or "
-                                    "when_not_matched_by_source_delete first")
+        self._check_action()
         check_writable(self._snapshot)
         _, batches = await record_batch_stream(data, schema)
         table = pa.Table.from_batches([b async for b in batches])
@@ -244,6 +261,11 @@ class MergeInsertBuilder:
         keys = self._keys
         s_idx, t_idx, only_source, only_target = _match(source.select(keys),
                                                         target.select(keys))
+        if self._fail_on_match and len(s_idx):
+            first = source.select(keys).slice(int(s_idx[0]), 1).to_pylist()[0]
+            raise MergeInsertMatchError(
+                f"merge_insert with when_matched_fail: {len(np.unique(s_idx))} source rows "
+                f"match rows of the table (first: {first}); nothing was written")
         updated_src = np.empty(0, np.int64)
         updated_tgt = np.empty(0, np.int64)
         kept_tgt = np.empty(0, np.int64)

@@ -112,7 +112,7 @@ def apply_updates(batch: pa.RecordBatch, schema: pa.Schema,
 async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                       updates: Mapping[str, Any], where: str | pc.Expression | None, *,
                       conflict_retries: int, max_retries: int = DEFAULT_MAX_RETRIES,
-                      ) -> tuple[Snapshot, int, int]:
+                      retry_timeout: float | None = None) -> tuple[Snapshot, int, int]:
     """Update matching rows; returns (new version, rows updated, attempts)."""
     check_retries(conflict_retries)
     check_writable(snapshot)
@@ -167,5 +167,5 @@ async def update_rows(store: DatasetStore, handler: CommitHandler, snapshot: Sna
         return new, len(addr)
 
     (new, count), attempts = await with_replanning(store, handler, snapshot, attempt,
-                                                   conflict_retries)
+                                                   conflict_retries, retry_timeout)
     return new, count, attempts

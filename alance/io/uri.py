@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import re
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
@@ -103,7 +104,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     options = dict(storage_options or {})
     wrap = options.pop("wrap_backend", None)
     store = _open(uri, options)
-    store.reopen_args = (os.fspath(uri), dict(storage_options or {}))
+    store.reopen_args = (store.uri or os.fspath(uri), dict(storage_options or {}))
     if wrap is not None:
         # For tests and instrumentation: e.g. a backend that injects faults or latency.
         store.wrap_backend(wrap)
@@ -132,7 +133,10 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     if scheme == "memory":
         root = (parsed.netloc + parsed.path).strip("/")
         if not root:
-            raise InvalidInputError(f"memory URI needs a name: {text!r}")
+            # A bare ``memory://`` is a fresh, private dataset (as pylance treats it); it is
+            # named, so objects reopened from this store's URI find it again.
+            root = f"anonymous-{uuid.uuid4().hex}"
+            text = f"memory://{root}"
         _check_root(text, root)
         return DatasetStore(ObstoreBackend(_shared_memory_store()), root, uri=text,
                             max_concurrency=max_concurrency, after_fork=_memory_after_fork,
