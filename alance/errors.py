@@ -82,8 +82,9 @@ class UnsupportedFeatureError(AlanceError):
     """The data uses a feature this version of alance does not implement (e.g. a feature flag)."""
 
 
-class CommitConflictError(AlanceError):
-    """Another writer committed the version this commit tried to create.
+class CommitConflictError(AlanceError, OSError):
+    """Another writer committed the version this commit tried to create (an ``OSError``, as
+    pylance reports commit conflicts).
 
     Raised by commit handlers when the atomic create of a manifest loses a race, and by the
     commit loop when a conflict cannot be resolved by rebasing within the retry budget.

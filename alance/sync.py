@@ -61,6 +61,16 @@ class Scanner:
         """The schema of the batches this scan yields."""
         return self._async.output_schema
 
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields (pylance's name)."""
+        return self._async.projected_schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The schema of the dataset version scanned."""
+        return self._async.dataset_schema
+
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Iterate over the result's record batches."""
         return _iterate(self._async.to_batches())
@@ -278,6 +288,11 @@ class LanceDataset:
              columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
+
+    def sample(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
+               randomize_order: bool = True, **kwargs: Any) -> pa.Table:
+        """Blocking :meth:`alance.LanceDataset.sample`."""
+        return _loop.run(self._async.sample(num_rows, columns, randomize_order, **kwargs))
 
     # -- stable row ids and the change data feed ----------------------------------------------
     @property

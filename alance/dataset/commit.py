@@ -247,6 +247,11 @@ class _CommitLoop:
         # dataset's back (a lost commit, or a rewound history).
         catch_up = base is not None and (await self.handler.latest(self.store)).version > \
             base.version
+        if catch_up and max_retries == 0:
+            assert base is not None
+            raise CommitConflictError(
+                f"Commit conflict for version {base.version + 1}: {self.store.uri} has moved "
+                "past the read version and max_retries=0 allows no rebase")
         for attempt in range(max_retries + 1):
             started = time.monotonic()
             if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
@@ -309,7 +314,8 @@ class _CommitLoop:
             await _write_hint(self.store, location.version)
             return Snapshot(location, mf)
         raise CommitConflictError(
-            f"commit to {self.store.uri} lost {max_retries + 1} races in a row; giving up")
+            f"Commit conflict for version {mf.manifest.version}: commit to {self.store.uri} "
+            f"lost {max_retries + 1} races in a row; giving up")
 
 
 async def _committed_by(store: DatasetStore, handler: CommitHandler, version: int,

@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -295,6 +296,21 @@ class LanceDataset:
         Takes issued concurrently on this dataset object share reads (see
         :mod:`alance.dataset.take_batch`); each gets exactly its own rows."""
         return await take_rows(self._ctx, indices, columns, self._takes)
+
+    async def sample(self, num_rows: int,
+                     columns: Sequence[str] | Mapping[str, str] | None = None,
+                     randomize_order: bool = True, *, seed: int | None = None) -> pa.Table:
+        """``num_rows`` distinct rows drawn at random (in random order, or in dataset order
+        with ``randomize_order=False``). ``seed`` makes the draw repeatable."""
+        total = await self.count_rows()
+        if isinstance(num_rows, bool) or not isinstance(num_rows, int) or not (
+                0 <= num_rows <= total):
+            raise InvalidInputError(f"sample: num_rows must be between 0 and {total} (the "
+                                    f"rows in version {self.version}), got {num_rows!r}")
+        picked = np.random.default_rng(seed).choice(total, num_rows, replace=False)
+        if not randomize_order:
+            picked.sort()
+        return await self.take(picked, columns)
 
     # -- stable row ids and the change data feed (alance.dataset.row_ids / .changes) ---------
     @property

@@ -9,6 +9,7 @@ what is still in flight.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -40,6 +41,22 @@ from alance.format.schema import LanceField, with_extension_type
 
 __all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "as_schema", "row_addresses"]
 DEFAULT_BATCH_SIZE = 8192
+#: Environment variable that changes the default batch size (pylance's name).
+BATCH_SIZE_ENV = "LANCE_DEFAULT_BATCH_SIZE"
+
+
+def default_batch_size() -> int:
+    """Rows per batch when a scan names none: ``$LANCE_DEFAULT_BATCH_SIZE`` or 8192."""
+    raw = os.environ.get(BATCH_SIZE_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_BATCH_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInputError(f"{BATCH_SIZE_ENV}={raw!r} is not an integer") from None
+    if value < 1:
+        raise InvalidInputError(f"{BATCH_SIZE_ENV} must be positive, not {value}")
+    return value
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
 #: Gathers of at least this many rows (the non-filter columns of a filtered scan) run on a
@@ -172,7 +189,7 @@ class Scanner:
         self.with_row_address = with_row_address
         self.limit = limit
         self.offset = offset or 0
-        self.batch_size = batch_size or DEFAULT_BATCH_SIZE
+        self.batch_size = batch_size or default_batch_size()
         # Rows read per chunk: enough to amortise per-request costs, never fewer than a batch.
         self.chunk_rows = max(self.batch_size, chunk_rows)
         self.read_ahead = max(1, read_ahead)
@@ -229,6 +246,17 @@ class Scanner:
         self._learn = ([(i, f) for i, f in enumerate(self._filter_fields)
                         if f.name in self._pruner.columns and learnable(f)]
                        if self._pruner is not None else [])
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The schema of the dataset version scanned (every column)."""
+        return self.ctx.snapshot.schema.to_arrow_with_extensions()
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields (pylance's name for
+        :attr:`output_schema`)."""
+        return self.output_schema
 
     @property
     def output_schema(self) -> pa.Schema:

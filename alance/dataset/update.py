@@ -59,7 +59,9 @@ def _kind(t: pa.DataType) -> str:
                         or pa.types.is_fixed_size_binary(x)),
                        ("bool", pa.types.is_boolean), ("date", pa.types.is_date),
                        ("timestamp", pa.types.is_timestamp), ("time", pa.types.is_time),
-                       ("duration", pa.types.is_duration)):
+                       ("duration", pa.types.is_duration),
+                       ("list", lambda x: pa.types.is_list(x) or pa.types.is_large_list(x)
+                        or pa.types.is_fixed_size_list(x))):
         if test(t):
             return name
     return str(t)

@@ -453,6 +453,19 @@ class Compiler:
             return self._element(self.compile(args[0]), args[1])
         raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
 
+    def on_array(self, node: exp.Array, resolve: bool) -> Node:
+        """A list literal, ``[1, 2]`` or ``ARRAY[1, 2]`` (its items must be literals)."""
+        items = []
+        for item in node.expressions:
+            if not is_sql_literal(unparen(item)):
+                raise InvalidInputError(f"list literals hold literals only: {node.sql()!r}")
+            items.append(self.literal(item).literal)
+        try:
+            value = pa.scalar(items)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(f"list literal {node.sql()!r}: {exc}") from exc
+        return Node(pc.scalar(value), value.type)
+
     def on_bracket(self, node: exp.Bracket, resolve: bool) -> Node:
         """``list[i]`` (1-based, as in Lance) or ``value['field']`` on a computed struct (a
         column's own struct fields are column references, see :meth:`path`)."""

@@ -1,0 +1,77 @@
+"""pylance dataset-API details: sampling, scanner schemas, the default batch size, list
+literals in updates, commits that may not rebase."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from alance import sync as al
+from alance.errors import CommitConflictError, InvalidInputError
+
+
+@pytest.fixture
+def numbers(local_uri: str) -> al.LanceDataset:
+    return al.write_dataset(pa.table({"x": [i * 10 for i in range(40)], "y": range(40)}),
+                            local_uri, max_rows_per_file=15)
+
+
+def test_sample_draws_distinct_rows(numbers: al.LanceDataset) -> None:
+    got = numbers.sample(12, columns=["x"], seed=7)
+    assert got.num_rows == 12 and got.column_names == ["x"]
+    values = got["x"].to_pylist()
+    assert len(set(values)) == 12 and all(v % 10 == 0 and 0 <= v < 400 for v in values)
+    assert numbers.sample(12, ["x"], seed=7).equals(got)  # a seed repeats the draw
+    ordered = numbers.sample(10, randomize_order=False)["y"].to_pylist()
+    assert ordered == sorted(ordered)
+    assert numbers.sample(40).num_rows == 40
+    with pytest.raises(InvalidInputError, match="between 0 and 40"):
+        numbers.sample(41)
+
+
+def test_scanner_schemas(numbers: al.LanceDataset) -> None:
+    scanner = numbers.scanner(columns=["y"])
+    assert scanner.dataset_schema == numbers.schema
+    assert scanner.projected_schema == pa.schema([pa.field("y", pa.int64())])
+
+
+def test_default_batch_size_from_environment(numbers: al.LanceDataset,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANCE_DEFAULT_BATCH_SIZE", "4")
+    sizes = [b.num_rows for b in numbers.to_batches()]
+    assert sum(sizes) == 40 and max(sizes) == 4
+    monkeypatch.setenv("LANCE_DEFAULT_BATCH_SIZE", "zero")
+    with pytest.raises(InvalidInputError, match="LANCE_DEFAULT_BATCH_SIZE"):
+        numbers.scanner()
+    monkeypatch.delenv("LANCE_DEFAULT_BATCH_SIZE")
+    assert max(b.num_rows for b in numbers.to_batches()) == 15
+
+
+def test_update_with_list_literal(local_uri: str) -> None:
+    vecs = pa.FixedSizeListArray.from_arrays(pa.array(range(20), type=pa.float32()), 2)
+    ds = al.write_dataset(pa.table({"a": range(10), "vec": vecs}), local_uri)
+    ds.update({"vec": "[42.0, 43.0]"}, where="a < 3")
+    got = ds.to_table().sort_by("a")
+    assert got["vec"].to_pylist()[:4] == [[42.0, 43.0]] * 3 + [[6.0, 7.0]]
+    assert got.schema.field("vec").type == pa.list_(pa.float32(), 2)
+    with pytest.raises(InvalidInputError):
+        ds.update({"vec": "[1.0, 2.0, 3.0]"})
+    with pytest.raises(InvalidInputError, match="literals only"):
+        ds.update({"vec": "[a, 1.0]"})
+    assert ds.version == 2
+
+
+def test_commit_without_retries_refuses_a_moved_dataset(local_uri: str) -> None:
+    table = pa.table({"a": range(10)})
+    fragment = al.LanceFragment.create(local_uri, table)
+    operation = al.LanceOperation.Overwrite(table.schema, [fragment])
+    first = al.LanceDataset.commit(local_uri, operation, max_retries=0)
+    al.LanceDataset.commit(local_uri, operation, read_version=first.version, max_retries=0)
+    with pytest.raises(CommitConflictError, match=f"Commit conflict for version "
+                                                  f"{first.version + 1}"):
+        al.LanceDataset.commit(local_uri, operation, read_version=first.version,
+                               max_retries=0)
+    with pytest.raises(OSError):  # as pylance reports commit conflicts
+        al.LanceDataset.commit(local_uri, operation, read_version=first.version,
+                               max_retries=0)
+    assert al.open_dataset(local_uri).version == first.version + 1
