@@ -862,3 +862,24 @@ from alance.sync_file import (  # noqa: E402
 )
 
 __all__ += ["LanceFileReader", "LanceFileSession", "LanceFileWriter", "file"]
+
+
+class ShardedBatchIterator:
+    """Blocking iterator over one worker's share of a dataset (pylance's
+    ``ShardedBatchIterator``; see :mod:`alance.dataset.sharding`)."""
+
+    def __init__(self, data: str | os.PathLike[str] | LanceDataset, rank: int,
+                 world_size: int, *, columns: Sequence[str] | Mapping[str, str] | None = None,
+                 batch_size: int = 10 * 1024, granularity: str = "fragment",
+                 batch_readahead: int = 8, with_row_id: bool = False) -> None:
+        self._dataset = data if isinstance(data, LanceDataset) else open_dataset(data)
+        self._args = (rank, world_size)
+        self._options: dict[str, Any] = dict(columns=columns, batch_size=batch_size,
+                                             granularity=granularity, with_row_id=with_row_id)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        from alance.dataset.sharding import sharded_batches
+        return _iterate(sharded_batches(self._dataset._async, *self._args, **self._options))
+
+
+__all__ += ["ShardedBatchIterator"]

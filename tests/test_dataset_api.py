@@ -75,3 +75,21 @@ def test_commit_without_retries_refuses_a_moved_dataset(local_uri: str) -> None:
         al.LanceDataset.commit(local_uri, operation, read_version=first.version,
                                max_retries=0)
     assert al.open_dataset(local_uri).version == first.version + 1
+
+
+@pytest.mark.parametrize("granularity", ["fragment", "batch"])
+def test_shards_cover_every_row_once(local_uri: str, granularity: str) -> None:
+    ds = al.write_dataset(pa.table({"a": range(1_000)}), local_uri, max_rows_per_file=100)
+    seen: list[int] = []
+    for rank in range(3):
+        shard = al.ShardedBatchIterator(local_uri if rank else ds, rank, 3, columns=["a"],
+                                        batch_size=64, granularity=granularity)
+        mine = [v for b in shard for v in b["a"].to_pylist()]
+        if granularity == "fragment":  # whole files: every third one
+            assert mine[:100] == list(range(rank * 100, rank * 100 + 100))
+        else:  # runs of 64 rows, every third one
+            assert mine[:64] == list(range(rank * 64, rank * 64 + 64))
+        seen += mine
+    assert sorted(seen) == list(range(1_000))
+    with pytest.raises(InvalidInputError, match="rank"):
+        list(al.ShardedBatchIterator(ds, 3, 3))
