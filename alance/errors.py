@@ -37,8 +37,9 @@ class InvalidInputError(AlanceError, ValueError):
     """The caller passed something alance cannot accept (bad argument, bad data)."""
 
 
-class SchemaMismatchError(InvalidInputError):
-    """Data does not match the dataset's schema (e.g. appending a different schema)."""
+class SchemaMismatchError(InvalidInputError, OSError):
+    """Data does not match the dataset's schema (e.g. appending a different schema). Both a
+    ``ValueError`` and an ``OSError``, as pylance raises either for such data."""
 
 
 class UnrepresentableValueError(InvalidInputError):
@@ -61,8 +62,9 @@ class NotFoundError(AlanceError, FileNotFoundError):
     """An object, version or column does not exist."""
 
 
-class DatasetNotFoundError(NotFoundError):
-    """No dataset (no committed version) exists at the given location."""
+class DatasetNotFoundError(NotFoundError, ValueError):
+    """No dataset (no committed version) exists at the given location (also a
+    ``ValueError``, which pylance raises for a path that holds no dataset)."""
 
 
 class AlreadyExistsError(AlanceError, FileExistsError):

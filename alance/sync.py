@@ -189,6 +189,14 @@ class LanceDataset:
         return None if found is None else LanceFragment(found)
 
     @staticmethod
+    def drop(base_uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None,
+             ignore_not_found: bool | None = None) -> None:
+        """Delete the dataset at ``base_uri`` and everything under it (see
+        :func:`alance.dataset.drop.drop_dataset`)."""
+        from alance.dataset.drop import drop_dataset
+        _loop.run(drop_dataset(base_uri, storage_options, ignore_not_found))
+
+    @staticmethod
     def commit(base_uri: Any, operation: Any, read_version: int | None = None,
                *args: Any, **kwargs: Any) -> LanceDataset:
         """Commit a hand-built ``LanceOperation`` or ``Transaction`` (pylance's

@@ -3,11 +3,14 @@ literals in updates, commits that may not rebase."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from alance import sync as al
-from alance.errors import CommitConflictError, InvalidInputError
+from alance.errors import CommitConflictError, DatasetNotFoundError, InvalidInputError
+from tests.s3_servers import S3Target
 
 
 @pytest.fixture
@@ -93,3 +96,41 @@ def test_shards_cover_every_row_once(local_uri: str, granularity: str) -> None:
     assert sorted(seen) == list(range(1_000))
     with pytest.raises(InvalidInputError, match="rank"):
         list(al.ShardedBatchIterator(ds, 3, 3))
+
+
+def test_drop_deletes_a_dataset_root_only(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    ds = al.write_dataset(pa.table({"x": [0, 1]}), str(root))
+    ds.delete("x = 0")
+    (root / "notes.txt").write_text("unmanaged, goes too")
+    al.LanceDataset.drop(root)
+    assert not root.exists()
+    al.LanceDataset.drop(root, ignore_not_found=True)
+    with pytest.raises(DatasetNotFoundError):
+        al.LanceDataset.drop(root)
+    with pytest.raises(OSError):  # as pylance
+        al.LanceDataset.drop(root, ignore_not_found=False)
+    # Something that is not a dataset is refused, not emptied.
+    other = tmp_path / "other"
+    (other / "data").mkdir(parents=True)
+    (other / "data" / "precious.bin").write_bytes(b"keep")
+    with pytest.raises(InvalidInputError, match="not a dataset root"):
+        al.LanceDataset.drop(other)
+    assert (other / "data" / "precious.bin").read_bytes() == b"keep"
+
+
+def test_drop_on_object_store(moto_target: S3Target) -> None:
+    uri = moto_target.uri("dropme")
+    options = moto_target.storage_options
+    al.write_dataset(pa.table({"x": [1]}), uri, storage_options=options)
+    al.LanceDataset.drop(uri, storage_options=options)
+    with pytest.raises(DatasetNotFoundError):
+        al.open_dataset(uri, storage_options=options)
+
+
+def test_missing_dataset_is_also_a_value_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):  # pylance raises ValueError here
+        al.open_dataset(tmp_path / "nothing.lance")
+    ds = al.write_dataset(pa.table({"a": [1]}), str(tmp_path / "ds"))
+    with pytest.raises(OSError):  # and OSError for an append of another schema
+        al.write_dataset(pa.table({"b": [1]}), ds, mode="append")

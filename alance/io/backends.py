@@ -404,8 +404,23 @@ class ObstoreBackend:
         _mark_obstore_used()
         return _ObstoreUpload(self.store, key)
 
+    async def remove_empty_dirs(self, prefix: str) -> None:
+        """Local file systems: remove the directories left empty under ``prefix``."""
+        if self._pread:
+            await asyncio.to_thread(remove_empty_tree, "/" + prefix)
+
 
 # -- plain files --------------------------------------------------------------------------------
+def remove_empty_tree(path: str) -> None:
+    """Remove the directories under ``path`` (and ``path`` itself) that hold no files: what a
+    local file system keeps after every object under a prefix was deleted."""
+    if not os.path.isdir(path):
+        return
+    for here, _dirs, _files in os.walk(path, topdown=False):
+        with contextlib.suppress(OSError):  # not empty: something else lives there
+            os.rmdir(here)
+
+
 def _meta_of(key: str, st: os.stat_result) -> Meta:
     return {"path": key, "size": st.st_size,
             "last_modified": dt.datetime.fromtimestamp(st.st_mtime, dt.UTC)}
@@ -612,6 +627,10 @@ class PosixBackend:
 
     def upload(self, key: str) -> Upload:
         return _PosixUpload(self._path(key))
+
+    async def remove_empty_dirs(self, prefix: str) -> None:
+        """Remove the directories left empty under ``prefix``."""
+        await asyncio.to_thread(remove_empty_tree, self._path(prefix))
 
 
 # -- in-process dictionary ----------------------------------------------------------------------

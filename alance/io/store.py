@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import builtins
 import contextlib
 import contextvars
 import datetime as dt
@@ -351,6 +352,27 @@ class DatasetStore:
         """Delete an object; deleting a missing object is not an error."""
         key = self._key(path)
         await self._retrying(lambda b: b.delete(key))
+
+    async def list_all(self) -> builtins.list[ObjectMeta]:
+        """Every object under the root (recursive)."""
+        prefix = self.root + "/" if self.root else ""
+        return [self._meta(m) for m in await self._retrying(lambda b: b.list(prefix))]
+
+    async def delete_all(self) -> int:
+        """Delete every object under the root (with bounded concurrency), then, on local file
+        systems, the directories left empty; returns the number of objects deleted."""
+        objects = await self.list_all()
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def remove(path: str) -> None:
+            async with gate:
+                await self.delete(path)
+
+        await asyncio.gather(*(remove(m.path) for m in objects))
+        tidy = getattr(self.backend, "remove_empty_dirs", None)
+        if tidy is not None:
+            await tidy(self.root)
+        return len(objects)
 
     def open_writer(self, path: str, part_size: int = DEFAULT_PART_SIZE) -> ObjectWriter:
         """A streaming writer for a new object (see :class:`ObjectWriter`)."""
