@@ -41,7 +41,7 @@ from alance.dataset.read import live_rows
 from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.dataset.tags import Tag
 from alance.dataset.tags import Tags as _AsyncTags
-from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.errors import InvalidInputError
 from alance.format.schema import LanceSchema
 
 T = TypeVar("T")
@@ -131,6 +131,8 @@ class LanceDataset:
 
     def _moved_to(self, dataset: _async.LanceDataset) -> LanceDataset:
         """Point this object at ``dataset`` (the version a call just committed)."""
+        if self._async._scan_defaults and not dataset._scan_defaults:
+            dataset = dataset.with_default_scan_options(self._async._scan_defaults)
         self._async = dataset
         return self
 
@@ -640,7 +642,8 @@ def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, 
 
 #: ``lance.dataset`` arguments that tune pylance's caches and IO block size; alance sizes its
 #: own (see the README), so these are accepted and have no effect.
-_TUNING_ONLY = ("block_size", "index_cache_size", "metadata_cache_size_bytes", "session")
+_TUNING_ONLY = ("block_size", "index_cache_size", "metadata_cache_size_bytes", "session",
+                "read_params")
 
 
 def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
@@ -658,15 +661,15 @@ def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
     unknown = sorted(k for k, v in kwargs.items() if k not in _TUNING_ONLY and v is not None)
     if unknown:
         raise InvalidInputError(f"unknown arguments to dataset(): {unknown}")
-    if default_scan_options:
-        raise UnsupportedFeatureError("default_scan_options is not supported yet; pass the "
-                                      "options to each scan")
     if commit_lock is not None:
         if commit_handler is not None:
             raise InvalidInputError("pass commit_lock or commit_handler, not both")
         commit_handler = LockCommitHandler(commit_lock)
-    return open_dataset(uri, version, storage_options=storage_options,
-                        commit_handler=commit_handler, asof=asof)
+    opened = open_dataset(uri, version, storage_options=storage_options,
+                          commit_handler=commit_handler, asof=asof)
+    if default_scan_options:
+        opened._async = opened._async.with_default_scan_options(default_scan_options)
+    return opened
 
 
 def write_dataset(data: Any, uri: str | os.PathLike[str] | LanceDataset,

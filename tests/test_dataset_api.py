@@ -134,3 +134,19 @@ def test_missing_dataset_is_also_a_value_error(tmp_path: Path) -> None:
     ds = al.write_dataset(pa.table({"a": [1]}), str(tmp_path / "ds"))
     with pytest.raises(OSError):  # and OSError for an append of another schema
         al.write_dataset(pa.table({"b": [1]}), ds, mode="append")
+
+
+def test_default_scan_options(local_uri: str) -> None:
+    al.write_dataset(pa.table({"a": range(100), "b": range(100)}), local_uri)
+    ds = al.dataset(local_uri, default_scan_options={"with_row_id": True, "batch_size": 30})
+    assert ds.schema.names == ["a", "b", "_rowid"]
+    assert ds.to_table().schema.names == ["a", "b", "_rowid"]
+    assert max(b.num_rows for b in ds.to_batches()) == 30
+    assert ds.to_table(columns=["a"], batch_size=50).schema.names == ["a", "_rowid"]
+    ds.delete("a < 10")  # the defaults follow the object to its new version
+    assert ds.schema.names == ["a", "b", "_rowid"] and ds.count_rows() == 90
+    ds = al.dataset(local_uri, default_scan_options={"with_row_address": True})
+    assert ds.schema.names == ["a", "b", "_rowaddr"]
+    assert al.dataset(local_uri).schema.names == ["a", "b"]
+    with pytest.raises(InvalidInputError):
+        al.dataset(local_uri, default_scan_options={"no_such_option": 1})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import inspect
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,8 +48,8 @@ from alance.dataset.json_columns import as_jsonb
 from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
 from alance.dataset.restore import restore_version
-from alance.dataset.row_ids import take_rows_by_id, uses_stable_row_ids
-from alance.dataset.scan import Scanner
+from alance.dataset.row_ids import ROW_ID, take_rows_by_id, uses_stable_row_ids
+from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.scan_options import scan_options
 from alance.dataset.snapshot import Snapshot, load_snapshot, load_snapshot_at
 from alance.dataset.stats import DatasetOptimizer, LanceStats
@@ -114,6 +115,9 @@ class LanceDataset:
     Create them with :func:`open_dataset` or :func:`write_dataset`.
     """
 
+    #: Scanner arguments every scan uses unless given (see :meth:`with_default_scan_options`).
+    _scan_defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per object, never mutated
+
     def __init__(self, store: DatasetStore, handler: CommitHandler, snapshot: Snapshot) -> None:
         self._store = store
         self._handler = handler
@@ -144,8 +148,26 @@ class LanceDataset:
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of this version."""
-        return self._snapshot.schema.to_arrow_with_extensions()
+        """The Arrow schema of this version (with ``_rowid`` / ``_rowaddr`` when the default
+        scan options ask for them, as scans then return them)."""
+        schema = self._snapshot.schema.to_arrow_with_extensions()
+        if self._scan_defaults.get("with_row_id"):
+            schema = schema.append(pa.field(ROW_ID, pa.uint64()))
+        if self._scan_defaults.get("with_row_address"):
+            schema = schema.append(pa.field(ROW_ADDRESS, pa.uint64()))
+        return schema
+
+    def with_default_scan_options(self, options: Mapping[str, Any] | None) -> LanceDataset:
+        """This version with scanner arguments every scan of it uses unless it passes its own
+        (pylance's ``default_scan_options``)."""
+        given = dict(options or {})
+        known = set(inspect.signature(self.scanner).parameters) - {"options"}
+        for name, value in given.items():
+            if name not in known:
+                scan_options({name: value})  # raises for arguments no scan takes
+        copy = LanceDataset(self._store, self._handler, self._snapshot)
+        copy._scan_defaults = given
+        return copy
 
     @property
     def lance_schema(self) -> LanceSchema:
@@ -255,6 +277,20 @@ class LanceDataset:
         ``options``: pylance's other scanner arguments by keyword (``batch_readahead``,
         ``use_stats``, ``strict_batch_size``, tuning hints; see
         :mod:`alance.dataset.scan_options`)."""
+        if self._scan_defaults:
+            given = {"columns": columns, "filter": filter, "limit": limit, "offset": offset,
+                     "batch_size": batch_size, "fragments": fragments}
+            merged = {k: v for k, v in self._scan_defaults.items()
+                      if k not in options and given.get(k) is None}
+            columns = merged.pop("columns", columns)
+            filter = merged.pop("filter", filter)
+            limit = merged.pop("limit", limit)
+            offset = merged.pop("offset", offset)
+            batch_size = merged.pop("batch_size", batch_size)
+            fragments = merged.pop("fragments", fragments)
+            with_row_id = with_row_id or bool(merged.pop("with_row_id", False))
+            with_row_address = with_row_address or bool(merged.pop("with_row_address", False))
+            options = {**merged, **options}
         return Scanner(self._ctx, columns=columns, filter=filter, limit=limit, offset=offset,
                        batch_size=batch_size, with_row_id=with_row_id,
                        with_row_address=with_row_address, fragments=fragments,
