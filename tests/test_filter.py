@@ -444,3 +444,22 @@ async def test_error_messages_suggest_names_and_carry_no_terminal_codes(tmp_path
     with pytest.raises(InvalidInputError) as info:
         await ds.to_table(filter="score = = 1")
     assert "\x1b" not in str(info.value) and "cannot parse filter" in str(info.value)
+
+
+def test_arrow_cast_names_arrow_types(tmp_path: Path) -> None:
+    from alance import sync
+    from alance.filter._arrow_types import arrow_type_named
+    assert arrow_type_named("FixedSizeList(8, Float32)") == pa.list_(pa.float32(), 8)
+    assert arrow_type_named("Timestamp(Nanosecond, Some(\"UTC\"))") == pa.timestamp("ns", "UTC")
+    assert arrow_type_named("List(LargeUtf8)") == pa.list_(pa.large_string())
+    with pytest.raises(InvalidInputError, match="unknown Arrow type"):
+        arrow_type_named("Int33")
+    ds = sync.write_dataset(pa.table({"id": range(5)}), str(tmp_path / "ds"))
+    ds.add_columns({"vec": "arrow_cast(NULL, 'FixedSizeList(4, Float32)')",
+                    "small": "arrow_cast(id, 'Int8')"})
+    assert ds.schema.field("vec").type == pa.list_(pa.float32(), 4)
+    assert ds.schema.field("small").type == pa.int8()
+    got = ds.to_table(filter="arrow_cast(id, 'Utf8') = '3'")
+    assert got.to_pydict() == {"id": [3], "vec": [None], "small": [3]}
+    with pytest.raises(InvalidInputError, match="string literal"):
+        ds.to_table(filter="arrow_cast(id, id) = 1")

@@ -17,6 +17,7 @@ import pyarrow.dataset as pads
 from sqlglot import exp
 
 from alance.errors import InvalidInputError, no_such_column
+from alance.filter._arrow_types import arrow_type_named
 from alance.filter._sql import (
     ARITHMETIC,
     COMPARISONS,
@@ -451,6 +452,8 @@ class Compiler:
             return Node(pc.is_valid(self.compile(args[0]).expr), pa.bool_())
         if name in ("array_element", "list_element") and len(args) == 2:
             return self._element(self.compile(args[0]), args[1])
+        if name == "arrow_cast" and len(args) == 2:
+            return self._arrow_cast(args[0], args[1])
         raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
 
     def on_array(self, node: exp.Array, resolve: bool) -> Node:
@@ -465,6 +468,19 @@ class Compiler:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise InvalidInputError(f"list literal {node.sql()!r}: {exc}") from exc
         return Node(pc.scalar(value), value.type)
+
+    def _arrow_cast(self, value: exp.Expression, type_name: exp.Expression) -> Node:
+        """``arrow_cast(value, 'Int32')``: ``value`` converted to the named Arrow type."""
+        name = unparen(type_name)
+        if not (isinstance(name, exp.Literal) and name.is_string):
+            raise InvalidInputError("arrow_cast needs the type name as a string literal")
+        target = arrow_type_named(str(name.this))
+        if isinstance(unparen(value), exp.Null):
+            return Node(pc.scalar(pa.scalar(None, target)), target)
+        inner = self.compile(value)
+        expr = inner.expr.cast(options=pc.CastOptions(target, allow_float_truncate=True))
+        self.infer(expr)
+        return Node(expr, target)
 
     def on_bracket(self, node: exp.Bracket, resolve: bool) -> Node:
         """``list[i]`` (1-based, as in Lance) or ``value['field']`` on a computed struct (a
