@@ -610,6 +610,14 @@ class MergeInsertBuilder:
         self._async.retry_timeout(timeout)
         return self
 
+    def explain_plan(self, schema: pa.Schema | None = None, verbose: bool = False) -> str:
+        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.explain_plan`."""
+        return self._async.explain_plan(schema, verbose)
+
+    def analyze_plan(self, data: Any, *, schema: pa.Schema | None = None) -> str:
+        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.analyze_plan`."""
+        return _loop.run(self._async.analyze_plan(data, schema=schema))
+
     def conflict_retries(self, retries: int) -> MergeInsertBuilder:
         """How many times to plan again after a retryable conflict."""
         self._async.conflict_retries(retries)

@@ -409,3 +409,18 @@ def test_bare_memory_uri_is_a_fresh_private_dataset() -> None:
     assert one.to_table()["id"].to_pylist() == [2]
     assert al.open_dataset(one.uri).count_rows() == 1
     assert two.count_rows() == 1
+
+
+def test_merge_insert_explain_and_analyze_write_nothing(local_uri: str) -> None:
+    ds = al.write_dataset(pa.table({"id": [1, 2, 3, 4], "value": list("abcd")}), local_uri)
+    builder = (ds.merge_insert("id").when_matched_update_all("source.value != 'z'")
+               .when_not_matched_insert_all().when_not_matched_by_source_delete("id > 3"))
+    plan = builder.explain_plan()
+    assert plan.startswith("MergeInsert: on=[id]") and "Delete(id > 3)" in plan
+    assert "source schema" in builder.explain_plan(verbose=True)
+    files = sorted(os.listdir(os.path.join(local_uri, "data")))
+    text = builder.analyze_plan(pa.table({"id": [1, 5], "value": ["x", "e"]}))
+    assert "num_inserted_rows=1, num_updated_rows=1, num_deleted_rows=1" in text
+    assert ds.version == 1 and sorted(os.listdir(os.path.join(local_uri, "data"))) == files
+    with pytest.raises(InvalidInputError, match="does nothing"):
+        ds.merge_insert("id").explain_plan()

@@ -22,6 +22,7 @@ planned again on the newest version, where that key now matches (and is updated)
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -253,10 +254,55 @@ class MergeInsertBuilder:
         return plan.txn, {"num_inserted_rows": inserted, "num_updated_rows": updated,
                           "num_deleted_rows": deleted}
 
-    async def _plan(self, snap: Snapshot, source: pa.Table) -> _Plan:
-        """Write the new rows and deletion files of one attempt on ``snap`` (removed again if
-        this fails); the transaction is not committed."""
-        ctx = ReadContext(self._store, snap)
+    # -- plans as text ---------------------------------------------------------------------
+    def explain_plan(self, schema: pa.Schema | None = None, verbose: bool = False) -> str:
+        """What the merge will do, as text (nothing is read): the join on the keys, the
+        actions, and (``verbose``) the source schema and the version's fragments."""
+        self._check_action()
+        snap = self._snapshot
+        source = schema if schema is not None else snap.schema.to_arrow()
+        lines = [f"MergeInsert: on=[{', '.join(self._keys)}], {self._actions()}",
+                 f"  HashJoin: source rows x table rows on [{', '.join(self._keys)}]",
+                 f"    Source: {len(source)} columns [{', '.join(source.names)}]",
+                 f"    LanceScan: version {snap.version}, {len(snap.fragments)} fragments, "
+                 f"columns [{', '.join([*self._keys, ROW_ADDRESS])}]"]
+        if verbose:
+            lines.append(f"  source schema: {source.to_string(show_schema_metadata=False)}"
+                         .replace("\n", "; "))
+            lines.append(f"  retries: conflict_retries={self._retries}, "
+                         f"retry_timeout={self._retry_timeout}s")
+        return "\n".join(lines)
+
+    async def analyze_plan(self, data: Any, *, schema: pa.Schema | None = None) -> str:
+        """Run the merge's matching on ``data`` without writing or committing anything and
+        describe what it would do (rows inserted, updated, deleted; time taken)."""
+        self._check_action()
+        started = time.perf_counter()
+        _, batches = await record_batch_stream(data, schema)
+        table = pa.Table.from_batches([b async for b in batches])
+        source = _source_table(table, self._snapshot.schema.to_arrow(), self._keys)
+        m = await self._matches(ReadContext(self._store, self._snapshot), source)
+        elapsed = time.perf_counter() - started
+        return (f"{self.explain_plan(source.schema)}\n"
+                f"  metrics: source_rows={source.num_rows}, target_rows={m.target.num_rows}, "
+                f"num_inserted_rows={len(m.inserted_src)}, "
+                f"num_updated_rows={len(m.updated_src)}, "
+                f"num_deleted_rows={len(m.deleted_tgt)}, elapsed={elapsed * 1000:.1f}ms "
+                "(not written, not committed)")
+
+    def _actions(self) -> str:
+        matched = ("Fail" if self._fail_on_match else
+                   f"UpdateAll({self._condition})" if self._update and self._condition else
+                   "UpdateAll" if self._update else "DoNothing")
+        unmatched = "InsertAll" if self._insert else "DoNothing"
+        by_source = (f"Delete({self._delete_expr})" if self._delete and self._delete_expr else
+                     "Delete" if self._delete else "Keep")
+        return (f"when_matched={matched}, when_not_matched={unmatched}, "
+                f"when_not_matched_by_source={by_source}")
+
+    async def _matches(self, ctx: ReadContext, source: pa.Table) -> _Matches:
+        """Which source rows update, insert, and which table rows go (nothing written)."""
+        snap = ctx.snapshot
         target = await self._target_rows(ctx)
         keys = self._keys
         s_idx, t_idx, only_source, only_target = _match(source.select(keys),
@@ -305,6 +351,16 @@ class MergeInsertBuilder:
                 expr = compile_filter(self._delete_expr, candidates.schema)
                 t_idx = t_idx[_mask(candidates, expr)]
             deleted_tgt = t_idx
+        return _Matches(target, updated_src, updated_tgt, kept_tgt, inserted_src, deleted_tgt)
+
+    async def _plan(self, snap: Snapshot, source: pa.Table) -> _Plan:
+        """Write the new rows and deletion files of one attempt on ``snap`` (removed again if
+        this fails); the transaction is not committed."""
+        ctx = ReadContext(self._store, snap)
+        m = await self._matches(ctx, source)
+        target, updated_src, updated_tgt, kept_tgt = (m.target, m.updated_src, m.updated_tgt,
+                                                      m.kept_tgt)
+        inserted_src, deleted_tgt, keys = m.inserted_src, m.deleted_tgt, self._keys
         addresses = target.column(ROW_ADDRESS).to_numpy()
         gone = np.concatenate([addresses[updated_tgt], addresses[deleted_tgt]])
         new_rows = source.take(np.concatenate([updated_src, inserted_src]))
@@ -331,6 +387,19 @@ class MergeInsertBuilder:
                 inserted_keys.num_rows) else None
         return _Plan(txn, fragments, written, by_fragment, check,
                      (len(inserted_src), len(updated_src), len(deleted_tgt)))
+
+
+@dataclass
+class _Matches:
+    """What a merge does to one version: positions in the source (``*_src``) and in the
+    table's key rows (``target``, ``*_tgt``)."""
+
+    target: pa.Table
+    updated_src: np.ndarray
+    updated_tgt: np.ndarray
+    kept_tgt: np.ndarray
+    inserted_src: np.ndarray
+    deleted_tgt: np.ndarray
 
 
 @dataclass
