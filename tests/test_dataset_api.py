@@ -150,3 +150,13 @@ def test_default_scan_options(local_uri: str) -> None:
     assert al.dataset(local_uri).schema.names == ["a", "b"]
     with pytest.raises(InvalidInputError):
         al.dataset(local_uri, default_scan_options={"no_such_option": 1})
+
+
+@pytest.mark.parametrize("where", ["schema-value", "field-value", "field-key"])
+def test_non_utf8_metadata_is_refused(local_uri: str, where: str) -> None:
+    bad = {b"k": b"\xff"} if where.endswith("value") else {b"\xfe": b"v"}
+    field = pa.field("a", pa.int64(), metadata=None if where.startswith("schema") else bad)
+    schema = pa.schema([field], metadata=bad if where.startswith("schema") else None)
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        al.write_dataset(pa.table({"a": [1]}, schema=schema), local_uri)
+    assert not Path(local_uri).exists()

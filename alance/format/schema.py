@@ -228,6 +228,22 @@ def _truthy(value: bytes | str | None) -> bool:
     return text.strip().lower() in ("true", "1", "yes")
 
 
+def text_metadata(raw: Mapping[bytes, bytes] | None, where: str) -> dict[str, bytes]:
+    """Arrow metadata as Lance keeps it, refusing keys or values that are not UTF-8 text
+    (pylance refuses them too: readers decode them as text)."""
+    out: dict[str, bytes] = {}
+    for key, value in (raw or {}).items():
+        try:
+            text = key.decode("utf-8")
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInputError(
+                f"{where}: metadata key {key!r} or its value is not valid UTF-8; encode "
+                "binary metadata as text (e.g. base64)") from None
+        out[text] = value
+    return out
+
+
 @dataclass
 class LanceField:
     """One field of a Lance schema with its nested children."""
@@ -288,7 +304,7 @@ class LanceSchema:
 
         def convert(f: pa.Field, parent_id: int) -> LanceField:
             dtype = f.type
-            meta = {k.decode(): v for k, v in (f.metadata or {}).items()}
+            meta = text_metadata(f.metadata, f"field {f.name!r}")
             ext_name = ""
             if isinstance(dtype, pa.BaseExtensionType):
                 ext_name = dtype.extension_name
@@ -332,7 +348,7 @@ class LanceSchema:
             return lf
 
         fields = [convert(f, -1) for f in schema]
-        meta = {k.decode(): v for k, v in (schema.metadata or {}).items()}
+        meta = text_metadata(schema.metadata, "schema")
         result = cls(fields, meta)
         result.validate_primary_key()
         return result
