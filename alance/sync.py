@@ -902,3 +902,15 @@ class ShardedBatchIterator:
 
 
 __all__ += ["ShardedBatchIterator"]
+
+
+def manifest_needs_migration(dataset: LanceDataset) -> bool:
+    """Whether the dataset's manifest lacks fields newer writers fill in (pylance's
+    ``lance.lance.manifest_needs_migration``); the next commit adds them."""
+    from alance.format.manifest import needs_migration
+    snap = dataset._async._snapshot
+    section = snap.manifest_file.index_section
+    return needs_migration(snap.manifest, section.indices if section is not None else ())
+
+
+__all__ += ["manifest_needs_migration"]

@@ -351,3 +351,19 @@ def test_compute_flags_rules() -> None:
     m.fragments[1].deletion_file.num_deleted_rows = 1
     apply_feature_flags(m)
     assert (m.reader_feature_flags, m.writer_feature_flags) == (19, 27)
+
+
+def test_needs_migration_flags_manifests_missing_newer_fields() -> None:
+    from alance.format.manifest import make_writer_version, needs_migration
+    m = table_pb2.Manifest()
+    assert needs_migration(m)  # no writer version
+    m.writer_version.CopyFrom(make_writer_version("1.0.0"))
+    assert not needs_migration(m)
+    frag = m.fragments.add(id=0, physical_rows=10)
+    frag.files.add(path="a.lance", fields=[0])
+    assert not needs_migration(m)
+    frag.deletion_file.num_deleted_rows = 0  # a deletion file without its count
+    assert needs_migration(m)
+    frag.deletion_file.num_deleted_rows = 2
+    frag.physical_rows = 0  # data files but no physical row count
+    assert needs_migration(m)

@@ -26,7 +26,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
@@ -351,6 +351,21 @@ def make_writer_version(
     return wv
 
 
+def needs_migration(manifest: table_pb2.Manifest,
+                    indices: Iterable[Any] = ()) -> bool:
+    """Whether a manifest lacks fields that newer writers fill in (a writer version, each
+    fragment's ``physical_rows``, each deletion file's ``num_deleted_rows``, each index's
+    fragment bitmap): the next commit would add them."""
+    if not manifest.HasField("writer_version"):
+        return True
+    for frag in manifest.fragments:
+        if frag.physical_rows == 0 and len(frag.files):
+            return True
+        if frag.HasField("deletion_file") and frag.deletion_file.num_deleted_rows == 0:
+            return True
+    return any(not getattr(index, "fragment_bitmap", b"x") for index in indices)
+
+
 def writer_version_string(wv: table_pb2.Manifest.WriterVersion) -> str:
     """Full version string of a writer (version plus pre-release/build parts if present)."""
     text = wv.version
@@ -381,6 +396,7 @@ __all__ = [
     "encode_transaction_file",
     "is_detached_version",
     "make_writer_version",
+    "needs_migration",
     "manifest_file_name",
     "parse_manifest_file_name",
     "transaction_file_name",
