@@ -48,6 +48,13 @@ class LanceFragment:
         return _loop.run(_fragment.create_fragment(dataset_uri, data, fragment_id, schema,
                                                    **kwargs))
 
+    @staticmethod
+    def create_from_file(filename: str, dataset: LanceDataset,
+                         fragment_id: int = 0) -> FragmentMetadata:
+        """The metadata of a new fragment made of one existing file under ``data/`` (see
+        :func:`alance.dataset.fragment.fragment_from_file`)."""
+        return _loop.run(_fragment.fragment_from_file(filename, dataset._async, fragment_id))
+
     @property
     def fragment_id(self) -> int:
         """The fragment's id."""

@@ -209,3 +209,34 @@ def test_row_id_meta_json_matches_pylance(local_uri: str) -> None:
     # the per-row version sequences survive the proto round trip (not the JSON one, as they
     # are derived again at commit)
     assert mine.to_proto() == al.dataset(local_uri).fragment_protos()[0]
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
+def test_fragment_from_an_existing_file(tmp_path: Path, version: str) -> None:
+    """A file written with the file API joins the dataset as a new fragment; pylance reads
+    the result."""
+    import uuid
+
+    import lance
+
+    from alance import sync
+    from alance.errors import SchemaMismatchError
+    data = pa.table({"a": range(800), "b": [f"s{i}" for i in range(800)]})
+    ds = sync.write_dataset(data.slice(0, 0), str(tmp_path), schema=data.schema,
+                            data_storage_version=version)
+    for round_ in range(2):
+        name = f"{uuid.uuid4()}.lance"
+        with sync.file.LanceFileWriter(str(tmp_path / "data" / name), version=version) as w:
+            w.write_batch(data)
+        frag = sync.LanceFragment.create_from_file(name, ds, 0)
+        ds = sync.LanceDataset.commit(ds.uri, sync.LanceOperation.Append([frag]),
+                                      read_version=ds.version)
+        assert [f.fragment_id for f in ds.get_fragments()] == list(range(round_ + 1))
+    assert ds.count_rows() == 1_600
+    assert ds.to_table().equals(pa.concat_tables([data, data]))
+    assert lance.dataset(str(tmp_path)).to_table().equals(pa.concat_tables([data, data]))
+    bad = f"{uuid.uuid4()}.lance"
+    with sync.file.LanceFileWriter(str(tmp_path / "data" / bad), version=version) as w:
+        w.write_batch(pa.table({"a": pa.array([1], pa.int32())}))
+    with pytest.raises(SchemaMismatchError):
+        sync.LanceFragment.create_from_file(bad, ds, 0)

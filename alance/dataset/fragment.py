@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
+from alance.dataset.data_file import run_plan
 from alance.dataset.dataset import LanceDataset
 from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.distributed import planned_write
@@ -35,13 +36,19 @@ from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot, load_snapshot
 from alance.dataset.write import WriteParams
 from alance.errors import (
+    CorruptFileError,
     DatasetNotFoundError,
     EmptyWriteError,
     InvalidInputError,
+    SchemaMismatchError,
     UnsupportedFeatureError,
 )
 from alance.format.feature_flags import check_writer_flags
+from alance.format.manifest import DATA_DIR
 from alance.format.schema import LanceSchema
+from alance.format.v2.container import open_file as open_v2_file
+from alance.format.v2.encode_v20 import columns20
+from alance.format.v2.leaf import leaves_of
 from alance.io.uri import open_store
 
 __all__ = ["FragmentSession", "LanceFragment", "format_fragment", "write_fragments"]
@@ -338,4 +345,38 @@ async def create_fragment(dataset_uri: Any, data: Any, fragment_id: int | None =
     return metas[0]
 
 
-__all__ += ["DeletionFile", "create_fragment"]
+async def fragment_from_file(filename: str, dataset: LanceDataset,
+                             fragment_id: int = 0) -> FragmentMetadata:
+    """Metadata of a new fragment made of one existing 2.x file under the dataset's
+    ``data/`` directory (pylance's ``LanceFragment.create_from_file``): its columns are
+    matched to the dataset's fields by name and must have their types. Commit it with
+    ``LanceOperation.Append`` (the id is assigned then)."""
+    if "/" in filename or filename in ("", ".", ".."):
+        raise InvalidInputError(f"{filename!r}: give the file's name under data/")
+    path = f"{DATA_DIR}/{filename}"
+    size = (await dataset._store.head(path)).size
+    file = await run_plan(open_v2_file(size), dataset._store, path)
+    if file.schema is None:
+        raise CorruptFileError(f"{path}: the file's schema cannot be read")
+    names = file.schema.names
+    missing = [n for n in names if n not in dataset.schema.names]
+    if missing:
+        raise SchemaMismatchError(f"{path}: columns {missing} are not in the dataset "
+                                  f"(columns {dataset.schema.names})")
+    ours = dataset.lance_schema.project(names)
+    if not ours.to_arrow().equals(file.schema.to_arrow()):
+        raise SchemaMismatchError(f"{path}: the file's schema {file.schema.to_arrow()} does "
+                                  f"not match the dataset's {ours.to_arrow()}")
+    version = file.version
+    if version == (2, 0):
+        leaves = columns20(list(ours.fields))
+    else:
+        leaves = [leaf for f in ours.fields for leaf in leaves_of(f)]
+    ids = [leaf.id for leaf in leaves]
+    meta = FragmentMetadata(fragment_id, [DataFile(filename, ids, list(range(len(ids))),
+                                                   version[0], version[1], size)],
+                            physical_rows=file.num_rows)
+    return meta
+
+
+__all__ += ["DeletionFile", "create_fragment", "fragment_from_file"]
