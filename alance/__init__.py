@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
+from alance.dataset.bases import DatasetBasePath
 from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
 from alance.dataset.distributed import DistributedWrite, UncommittedFragments, plan_write
 from alance.dataset.distributed_compaction import (
@@ -71,6 +72,7 @@ __all__ = [
     "LanceDataset",
     "LanceFragment",
     "LanceOperation",
+    "DatasetBasePath",
     "ManifestLocation",
     "NotFoundError",
     "PathOutsideDatasetError",

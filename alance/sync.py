@@ -162,6 +162,10 @@ class LanceDataset:
         """The Lance schema of this version."""
         return self._async.lance_schema
 
+    def base_paths(self) -> dict[int, DatasetBasePath]:
+        """The extra roots this version's files may live under, by id."""
+        return self._async.base_paths()
+
     @property
     def manifest(self) -> table_pb2.Manifest:
         """The raw manifest message of this version."""
@@ -914,3 +918,7 @@ def manifest_needs_migration(dataset: LanceDataset) -> bool:
 
 
 __all__ += ["manifest_needs_migration"]
+
+from alance.dataset.bases import DatasetBasePath  # noqa: E402
+
+__all__ += ["DatasetBasePath"]

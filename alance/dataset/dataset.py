@@ -17,6 +17,7 @@ from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler
 from alance.commit.registry import HandlerSpec, commit_handler_for
 from alance.dataset import evolution
+from alance.dataset.bases import DatasetBasePath, registered, resolve_targets, target_of
 from alance.dataset.blobs import DEFAULT_BUFFER_SIZE as DEFAULT_BLOB_BUFFER_SIZE
 from alance.dataset.blobs import BlobFile, take_blobs
 from alance.dataset.changes import ChangeFeed
@@ -156,6 +157,12 @@ class LanceDataset:
         if self._scan_defaults.get("with_row_address"):
             schema = schema.append(pa.field(ROW_ADDRESS, pa.uint64()))
         return schema
+
+    def base_paths(self) -> dict[int, DatasetBasePath]:
+        """The extra roots this version's files may live under, by id (see
+        :mod:`alance.dataset.bases`)."""
+        return {int(b.id): DatasetBasePath.from_proto(b)
+                for b in self._snapshot.manifest.base_paths}
 
     def with_default_scan_options(self, options: Mapping[str, Any] | None) -> LanceDataset:
         """This version with scanner arguments every scan of it uses unless it passes its own
@@ -664,6 +671,8 @@ async def write_dataset(
     commit_message: str | None = None,
     transaction_properties: Mapping[str, str] | None = None,
     progress: Any = None,
+    initial_bases: Sequence[DatasetBasePath] | None = None,
+    target_bases: Sequence[str] | None = None,
 ) -> LanceDataset:
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
 
@@ -690,6 +699,8 @@ async def write_dataset(
     given. ``enable_stable_row_ids``: give rows ids that survive updates and compaction,
     and track row versions (only when the dataset is created; asking for them on an
     existing dataset without them is :class:`~alance.errors.InvalidInputError`).
+    ``initial_bases`` (create only): extra roots to register; ``target_bases``: the bases
+    (names or paths) new data files go to, in turn (see :mod:`alance.dataset.bases`).
     """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
@@ -708,6 +719,14 @@ async def write_dataset(
     if base is not None and mode == "create":
         raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
                                  "or mode='overwrite'")
+    if initial_bases and mode != "create":
+        raise InvalidInputError(f"cannot register new bases in {mode} mode; only a create "
+                                "registers bases")
+    known_bases = list(base.manifest.base_paths) if base is not None else []
+    new_bases = registered(initial_bases or (), known_bases)
+    options = store.reopen_args[1] if store.reopen_args else None
+    targets = [target_of(b, options)
+               for b in resolve_targets(list(target_bases or ()), known_bases + new_bases)]
     arrow_schema, batches = await record_batch_stream(data, schema)
     arrow_schema, batches = await as_jsonb(arrow_schema, batches)  # JSON text -> JSONB
     # Blob v1 input fields become blob v2 columns in 2.2+ datasets (alance.dataset.write).
@@ -748,7 +767,7 @@ async def write_dataset(
     from alance.dataset.progress import ProgressEvents
     events = ProgressEvents(progress, 0, lance_schema.field_ids()) if progress else None
     fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries,
-                                      storage_version, events)
+                                      storage_version, events, targets)
     prelude = None
     read_version = base.version if base is not None else 0
     if appending:
@@ -765,12 +784,13 @@ async def write_dataset(
         cleanup = (auto_cleanup_config(**_cleanup_args(auto_cleanup_options))
                    if auto_cleanup_options is not None and base is None else None)
         txn = new_overwrite(read_version, fragments, lance_schema, cleanup)
+        txn.overwrite.initial_bases.extend(new_bases)
     txn.transaction_properties.update(transaction_properties or {})
     if commit_message is not None:
         from alance.dataset.lance_operation import LANCE_COMMIT_MESSAGE_KEY
         txn.transaction_properties[LANCE_COMMIT_MESSAGE_KEY] = commit_message
     scheme = ManifestNamingScheme.V2 if enable_v2_manifest_paths else ManifestNamingScheme.V1
-    async with removed_on_failure(store, fragments):
+    async with removed_on_failure(store, fragments, targets=targets):
         snap = await commit_transaction(store, handler, base, txn,
                                         data_storage_version=storage_version,
                                         naming_scheme=scheme, max_retries=max_retries,

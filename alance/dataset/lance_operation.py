@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from alance._proto import table_pb2, transaction_pb2
+from alance.dataset.bases import registered
 from alance.dataset.fragment_meta import DataFile, FragmentMetadata
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.schema import LanceSchema
@@ -83,14 +84,14 @@ class LanceOperation:
                 if not isinstance(f, FragmentMetadata):
                     raise TypeError(f"fragments must be FragmentMetadata, got "
                                     f"{type(f).__name__}")
-            if self.initial_bases:
-                raise UnsupportedFeatureError("initial_bases is not supported yet")
 
         def _to_txn(self, read_version: int, base: LanceSchema | None,
                     max_field_id: int) -> transaction_pb2.Transaction:
             schema = (self.new_schema if isinstance(self.new_schema, LanceSchema)
                       else LanceSchema.from_arrow(self.new_schema))
-            return ops.new_overwrite(read_version, _protos(self.fragments), schema)
+            txn = ops.new_overwrite(read_version, _protos(self.fragments), schema)
+            txn.overwrite.initial_bases.extend(registered(self.initial_bases or ()))
+            return txn
 
     @dataclass
     class Append(BaseOperation):

@@ -14,10 +14,12 @@ import numpy as np
 import pyarrow as pa
 
 from alance._proto import table_pb2
+from alance.dataset.bases import base_store as open_base_store
+from alance.dataset.bases import find_base
 from alance.dataset.data_file import DataFileReader
 from alance.dataset.json_columns import is_json, text_view, to_text_column
 from alance.dataset.snapshot import Snapshot
-from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.errors import CorruptFileError
 from alance.format.deletion import decode_deletion_file, deletion_file_kind, deletion_file_path
 from alance.format.legacy.decode import read_dictionary_values
 from alance.format.legacy.plan import fetch_from, run_plan
@@ -46,7 +48,8 @@ class ReadContext:
         #: Stored JSON fields by id, when they are read as text.
         self._json_text = ({f.id: f for f in snapshot.schema.fields if is_json(f)}
                            if user_view else {})
-        self._files: dict[str, DataFileReader] = {}
+        self._files: dict[tuple[int | None, str], DataFileReader] = {}
+        self._base_stores: dict[int, DatasetStore] = {}
         self._file_schemas: dict[str, LanceSchema] = {}
         self._owner_of: dict[tuple[int, int], DataFileReader | None] = {}
         self._deletions: dict[int, np.ndarray | None] = {}
@@ -102,25 +105,40 @@ class ReadContext:
 
     async def _open_data_file(self, data_file: table_pb2.DataFile, schema: LanceSchema,
                               ) -> DataFileReader:
-        reader = self._files.get(data_file.path)
+        key = (data_file.base_id if data_file.HasField("base_id") else None, data_file.path)
+        reader = self._files.get(key)
         if reader is None:
-            if data_file.HasField("base_id"):
-                raise UnsupportedFeatureError("data files under other base paths are not "
-                                              "supported yet")
             size = data_file.file_size_bytes or None
-            path = f"{DATA_DIR}/{data_file.path}"
+            store, path = self.data_location(data_file)
             version = (data_file.file_major_version, data_file.file_minor_version)
             if version >= (2, 0) or version == (0, 3):
                 columns = dict(zip(data_file.fields, data_file.column_indices, strict=False))
-                reader = await DataFileReader.open_v2(self.store, path, schema, size, columns)
+                reader = await DataFileReader.open_v2(store, path, schema, size, columns)
             else:
                 # The page table spans the ids the file was written with, including ids the
                 # schema no longer has (dropped or retyped columns); tombstones are skipped.
                 ids = [i for i in data_file.fields if i != TOMBSTONE_FIELD_ID]
-                reader = await DataFileReader.open(self.store, path, schema, size,
+                reader = await DataFileReader.open(store, path, schema, size,
                                                    self.dictionaries, field_ids=ids)
-            self._files[data_file.path] = reader
+            self._files[key] = reader
         return reader
+
+    def base_store(self, base_id: int, what: str) -> tuple[DatasetStore, bool]:
+        """The store of base path ``base_id`` and whether it is laid out as a dataset root
+        (see :mod:`alance.dataset.bases`); opened once per version."""
+        base = find_base(self.snapshot.manifest.base_paths, base_id, what)
+        store = self._base_stores.get(base_id)
+        if store is None:
+            options = self.store.reopen_args[1] if self.store.reopen_args else None
+            store = self._base_stores[base_id] = open_base_store(base, options)
+        return store, base.is_dataset_root
+
+    def data_location(self, data_file: table_pb2.DataFile) -> tuple[DatasetStore, str]:
+        """The store and path of a data file (under the dataset, or a base path)."""
+        if not data_file.HasField("base_id"):
+            return self.store, f"{DATA_DIR}/{data_file.path}"
+        store, rooted = self.base_store(int(data_file.base_id), f"data file {data_file.path}")
+        return store, f"{DATA_DIR}/{data_file.path}" if rooted else data_file.path
 
     async def deleted_offsets(self, fragment: table_pb2.DataFragment) -> np.ndarray | None:
         """Sorted physical offsets of the fragment's deleted rows (``None``: no deletions)."""
@@ -131,7 +149,14 @@ class ReadContext:
         df = fragment.deletion_file
         kind = deletion_file_kind(df.file_type, f"fragment {fragment.id}")
         path = deletion_file_path(fragment.id, df.read_version, df.id, kind)
-        offsets = decode_deletion_file(kind, await self.store.get(path), path)
+        store = self.store
+        if df.HasField("base_id"):
+            store, rooted = self.base_store(int(df.base_id), f"fragment {fragment.id}'s "
+                                            "deletion file")
+            if not rooted:
+                raise CorruptFileError(f"fragment {fragment.id}'s deletion file is under base "
+                                       f"path {df.base_id}, which is not a dataset root")
+        offsets = decode_deletion_file(kind, await store.get(path), path)
         if df.num_deleted_rows and len(offsets) != df.num_deleted_rows:
             raise CorruptFileError(
                 f"{path}: holds {len(offsets)} deleted rows, manifest says {df.num_deleted_rows}")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance._proto import table_pb2
+from alance.dataset.bases import WriteTarget
 from alance.errors import CommitOutcomeUnknownError, InvalidInputError, UnsupportedFeatureError
 from alance.format.legacy.encode import encode_dictionary_values
 from alance.format.legacy.writer import LegacyFileWriter
@@ -205,6 +206,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                           dictionaries: dict[int, pa.Array] | None = None,
                           storage_version: str = "0.1",
                           events: FileEvents | None = None,
+                          targets: Sequence[WriteTarget] = (),
                           ) -> list[table_pb2.DataFragment]:
     """Write ``batches`` into new data files, one fragment each (fragment ids left at 0).
 
@@ -219,11 +221,15 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     write are appended, so keys written earlier stay valid and one dictionary serves every
     file. On any error, the files this call wrote are deleted before the error propagates.
     ``events`` (optional) hears of each data file as it is opened and as its fragment is done.
+    ``targets``: base paths the data files go to, in turn (default: the dataset's ``data/``;
+    see :mod:`alance.dataset.bases`).
     """
+    if targets and blob_chunk_bytes(schema) is not None:
+        raise UnsupportedFeatureError("blob columns cannot be written to other base paths")
     refuse_blob_columns(schema, storage_version)
     dictionaries = dictionaries if dictionaries is not None else {}
     fragments: list[table_pb2.DataFragment] = []
-    written: list[str] = []
+    written: list[tuple[DatasetStore, str]] = []
     field_ids = schema.field_ids()
     file_version = file_version_of(storage_version)
     if file_version is not None:
@@ -236,8 +242,9 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             if pending is None:
                 break
             name = f"{random_file_name()}.lance"
-            path = f"{DATA_DIR}/{name}"
-            written.append(path)
+            target = targets[len(fragments) % len(targets)] if targets else WriteTarget(store)
+            path = target.path(name)
+            written.append((target.store, path))
             if events is not None:
                 await events.opened(name)
             encoder = (LegacyFileWriter(schema, dictionaries=dictionaries)
@@ -245,7 +252,7 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             rows = 0
             sidecars = _Sidecars(store, path)
             try:
-                async with store.open_writer(path) as out:
+                async with target.store.open_writer(path) as out:
                     while pending is not None:
                         room = params.max_rows_per_file - rows
                         chunk, pending = (pending, None) if pending.num_rows <= room else (
@@ -272,25 +279,28 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                         await sidecars.write(encoder.take_sidecar_chunks())
                     size = out.bytes_written
             finally:
-                written.extend(sidecars.paths)
+                written.extend((store, p) for p in sidecars.paths)
                 await sidecars.abort()
             frag = table_pb2.DataFragment(physical_rows=rows)
             if isinstance(encoder, LegacyFileWriter):
                 dictionaries.update(encoder.dictionaries)
-                frag.files.add(path=name, fields=field_ids, file_major_version=0,
-                               file_minor_version=2, file_size_bytes=size)
+                added = frag.files.add(path=name, fields=field_ids, file_major_version=0,
+                                       file_minor_version=2, file_size_bytes=size)
             else:
                 leaf_ids = encoder.leaf_field_ids
-                frag.files.add(path=name, fields=leaf_ids,
-                               column_indices=list(range(len(leaf_ids))),
-                               file_major_version=encoder.version[0],
-                               file_minor_version=encoder.version[1], file_size_bytes=size)
+                added = frag.files.add(path=name, fields=leaf_ids,
+                                       column_indices=list(range(len(leaf_ids))),
+                                       file_major_version=encoder.version[0],
+                                       file_minor_version=encoder.version[1],
+                                       file_size_bytes=size)
+            if target.base_id is not None:
+                added.base_id = target.base_id
             fragments.append(frag)
             if events is not None:
                 await events.finished(frag)
     except BaseException:
-        for path in written:
-            await store.delete(path)
+        for where, path in written:
+            await where.delete(path)
         raise
     return fragments
 
@@ -311,7 +321,8 @@ class _Removable(Protocol):
 
 @contextlib.asynccontextmanager
 async def removed_on_failure(store: DatasetStore, fragments: list[table_pb2.DataFragment],
-                             written: _Removable | None = None) -> AsyncIterator[None]:
+                             written: _Removable | None = None,
+                             targets: Sequence[WriteTarget] = ()) -> AsyncIterator[None]:
     """Delete the data files (and other ``written`` files) of an operation if it fails.
 
     Not when the commit's outcome is unknown (:class:`CommitOutcomeUnknownError`): the new
@@ -324,16 +335,23 @@ async def removed_on_failure(store: DatasetStore, fragments: list[table_pb2.Data
     except BaseException:
         if written is not None:
             await written.remove_all(store)
-        await delete_fragment_files(store, fragments)
+        await delete_fragment_files(store, fragments, targets)
         raise
 
 
 async def delete_fragment_files(store: DatasetStore,
-                                fragments: list[table_pb2.DataFragment]) -> None:
+                                fragments: list[table_pb2.DataFragment],
+                                targets: Sequence[WriteTarget] = ()) -> None:
     """Delete the data files (and their blob sidecar files) of fragments that were written
-    but will not be committed."""
+    but will not be committed (``targets``: the base paths some of them went to)."""
+    by_base = {t.base_id: t for t in targets}
     for frag in fragments:
         for f in frag.files:
+            if f.HasField("base_id"):
+                target = by_base.get(int(f.base_id))
+                if target is not None:
+                    await target.store.delete(target.path(f.path))
+                continue
             path = f"{DATA_DIR}/{f.path}"
             await store.delete(path)
             if path.endswith(".lance"):

@@ -58,13 +58,14 @@ READER_SUPPORTED = (
     | FeatureFlag.USE_V2_FORMAT_DEPRECATED
     | FeatureFlag.TABLE_CONFIG
     | FeatureFlag.MIXED_DATA_FILE_VERSIONS
+    | FeatureFlag.BASE_PATHS
 )
 
 #: Bits alance can commit on top of (it keeps deletion files and config as they are, and
 #: assigns and carries stable row ids and row versions).
 WRITER_SUPPORTED = (
     FeatureFlag.DELETION_FILES | FeatureFlag.USE_V2_FORMAT_DEPRECATED | FeatureFlag.TABLE_CONFIG
-    | FeatureFlag.STABLE_ROW_IDS
+    | FeatureFlag.STABLE_ROW_IDS | FeatureFlag.BASE_PATHS
 )
 
 

@@ -302,6 +302,11 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
             manifest.max_fragment_id = top
     if op == "overwrite":
         manifest.config.update(txn.overwrite.config_upsert_values)
+        taken = {int(b.id) for b in manifest.base_paths}
+        for new_base in txn.overwrite.initial_bases:
+            if int(new_base.id) in taken:
+                raise InvalidInputError(f"base path id {new_base.id} is already registered")
+            manifest.base_paths.append(new_base)
     elif op == "update_config":
         _apply_config(manifest, txn)
     elif op == "reserve_fragments":
