@@ -162,6 +162,11 @@ class LanceDataset:
         """The Lance schema of this version."""
         return self._async.lance_schema
 
+    def with_default_scan_options(self, options: Mapping[str, Any] | None) -> LanceDataset:
+        """This version with default scanner arguments (see
+        :meth:`alance.LanceDataset.with_default_scan_options`)."""
+        return LanceDataset(self._async.with_default_scan_options(options))
+
     def base_paths(self) -> dict[int, DatasetBasePath]:
         """The extra roots this version's files may live under, by id."""
         return self._async.base_paths()
