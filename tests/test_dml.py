@@ -421,6 +421,7 @@ def test_merge_insert_explain_and_analyze_write_nothing(local_uri: str) -> None:
     files = sorted(os.listdir(os.path.join(local_uri, "data")))
     text = builder.analyze_plan(pa.table({"id": [1, 5], "value": ["x", "e"]}))
     assert "num_inserted_rows=1, num_updated_rows=1, num_deleted_rows=1" in text
+    assert "num_files_written=2" in text and "bytes_written=" in text
     assert ds.version == 1 and sorted(os.listdir(os.path.join(local_uri, "data"))) == files
     with pytest.raises(InvalidInputError, match="does nothing"):
         ds.merge_insert("id").explain_plan()

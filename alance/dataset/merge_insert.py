@@ -57,7 +57,7 @@ from alance.dataset.read import ReadContext
 from alance.dataset.row_ids import ROW_CREATED_AT_VERSION, ROW_ID, uses_stable_row_ids
 from alance.dataset.scan import ROW_ADDRESS, Scanner
 from alance.dataset.snapshot import Snapshot
-from alance.dataset.write import removed_on_failure
+from alance.dataset.write import delete_fragment_files, removed_on_failure
 from alance.errors import (
     InvalidInputError,
     MergeInsertMatchError,
@@ -274,21 +274,27 @@ class MergeInsertBuilder:
         return "\n".join(lines)
 
     async def analyze_plan(self, data: Any, *, schema: pa.Schema | None = None) -> str:
-        """Run the merge's matching on ``data`` without writing or committing anything and
-        describe what it would do (rows inserted, updated, deleted; time taken)."""
+        """Run the merge on ``data`` as :meth:`execute` would, without committing, and
+        describe what it did: rows inserted, updated and deleted, files and bytes written,
+        time taken. The files it wrote are deleted again; the dataset is unchanged."""
         self._check_action()
         started = time.perf_counter()
         _, batches = await record_batch_stream(data, schema)
         table = pa.Table.from_batches([b async for b in batches])
         source = _source_table(table, self._snapshot.schema.to_arrow(), self._keys)
-        m = await self._matches(ReadContext(self._store, self._snapshot), source)
+        plan = await self._plan(self._snapshot, source)
         elapsed = time.perf_counter() - started
+        files = [f for frag in plan.fragments for f in frag.files]
+        written = sum(int(f.file_size_bytes) for f in files)
+        deletions = len(plan.written.paths)
+        await delete_fragment_files(self._store, plan.fragments)
+        await plan.written.remove_all(self._store)
+        inserted, updated, deleted = plan.stats
         return (f"{self.explain_plan(source.schema)}\n"
-                f"  metrics: source_rows={source.num_rows}, target_rows={m.target.num_rows}, "
-                f"num_inserted_rows={len(m.inserted_src)}, "
-                f"num_updated_rows={len(m.updated_src)}, "
-                f"num_deleted_rows={len(m.deleted_tgt)}, elapsed={elapsed * 1000:.1f}ms "
-                "(not written, not committed)")
+                f"  metrics: source_rows={source.num_rows}, num_inserted_rows={inserted}, "
+                f"num_updated_rows={updated}, num_deleted_rows={deleted}, "
+                f"num_files_written={len(files) + deletions}, bytes_written={written}, "
+                f"elapsed={elapsed * 1000:.1f}ms (not committed; files removed)")
 
     def _actions(self) -> str:
         matched = ("Fail" if self._fail_on_match else
