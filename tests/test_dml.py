@@ -236,8 +236,10 @@ async def test_merge_insert_bad_input_writes_nothing(uri: str) -> None:
         await builder.execute(nulls)
     with pytest.raises(InvalidInputError):
         await builder.execute(source([1, 1], 0.0))
-    with pytest.raises(SchemaMismatchError):
-        await builder.execute(pa.table({"id": [1], "v": [1.0]}))
+    with pytest.raises(SchemaMismatchError, match="missing keys"):
+        await builder.execute(pa.table({"v": [1.0], "s": ["a"]}))
+    with pytest.raises(SchemaMismatchError, match="unexpected"):
+        await builder.execute(pa.table({"id": [1], "v": [1.0], "s": ["a"], "z": [0]}))
     with pytest.raises(SchemaMismatchError):
         await builder.execute(pa.table({"id": ["x"], "v": [1.0], "s": ["a"]}))
     with pytest.raises(InvalidInputError):
@@ -425,3 +427,25 @@ def test_merge_insert_explain_and_analyze_write_nothing(local_uri: str) -> None:
     assert ds.version == 1 and sorted(os.listdir(os.path.join(local_uri, "data"))) == files
     with pytest.raises(InvalidInputError, match="does nothing"):
         ds.merge_insert("id").explain_plan()
+
+
+def test_merge_insert_with_some_columns_keeps_the_others(local_uri: str) -> None:
+    """A source with only some columns updates those in matched rows (the rest keep their
+    values) and inserts rows with nulls in the columns it lacks."""
+    import lance
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("num", pa.string()),
+                        pa.field("x", pa.float64())])
+    ds = al.write_dataset(pa.table({"id": range(6), "num": [str(i) for i in range(6)],
+                                    "x": [0.5] * 6}, schema=schema), local_uri,
+                          max_rows_per_file=4)
+    result = (ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+              .execute(pa.table({"id": [1, 4, 9], "x": [10.0, 40.0, 90.0]})))
+    assert (result.num_updated_rows, result.num_inserted_rows) == (2, 1)
+    expected = {"id": [0, 1, 2, 3, 4, 5, 9], "num": ["0", "1", "2", "3", "4", "5", None],
+                "x": [0.5, 10.0, 0.5, 0.5, 40.0, 0.5, 90.0]}
+    assert ds.to_table().sort_by("id").to_pydict() == expected
+    assert lance.dataset(local_uri).to_table().sort_by("id").to_pydict() == expected
+    with pytest.raises(InvalidInputError, match="non-nullable"):
+        (ds.merge_insert("num").when_not_matched_insert_all()
+         .execute(pa.table({"num": ["new"], "x": [1.0]})))
+    assert ds.count_rows() == 7

@@ -98,13 +98,17 @@ def _keys(snapshot: Snapshot, on: str | Sequence[str] | None) -> list[str]:
 
 
 def _source_table(data: pa.Table, target: pa.Schema, keys: list[str]) -> pa.Table:
+    """The source rows typed as the table's columns, in the table's column order. A source
+    may leave columns out (but no key): matched rows keep those columns' values, inserted
+    rows get nulls there."""
     names = set(data.column_names)
-    missing = [n for n in target.names if n not in names]
     extra = [n for n in data.column_names if n not in target.names]
-    if missing or extra:
+    missing_keys = [k for k in keys if k not in names]
+    if extra or missing_keys:
         raise SchemaMismatchError(
-            f"merge_insert source must have the table's columns: missing {missing}, "
-            f"unexpected {extra}")
+            f"merge_insert source columns must be the table's: unexpected {extra}, "
+            f"missing keys {missing_keys}")
+    target = pa.schema([target.field(n) for n in target.names if n in names])
     data = data.select(target.names)
     try:
         data = pa.Table.from_batches(
@@ -306,6 +310,28 @@ class MergeInsertBuilder:
         return (f"when_matched={matched}, when_not_matched={unmatched}, "
                 f"when_not_matched_by_source={by_source}")
 
+    async def _full_rows(self, ctx: ReadContext, source: pa.Table, updated_src: np.ndarray,
+                         kept_addresses: np.ndarray, inserted_src: np.ndarray) -> pa.Table:
+        """The rows to write: updated then inserted source rows, with every column of the
+        table (columns the source left out: the matched row's values, or nulls)."""
+        arrow = ctx.schema.to_arrow()
+        rows = source.take(np.concatenate([updated_src, inserted_src]))
+        absent = [n for n in arrow.names if n not in source.column_names]
+        if not absent:
+            return rows
+        not_nullable = [n for n in absent if not arrow.field(n).nullable]
+        if len(inserted_src) and not_nullable:
+            raise InvalidInputError(f"merge_insert: inserted rows need values for the "
+                                    f"non-nullable columns {not_nullable}")
+        kept = await _rows_at(ctx, kept_addresses, absent)
+        for name in absent:
+            field = arrow.field(name)
+            filled = pa.concat_arrays([
+                kept.column(name).combine_chunks().cast(field.type),
+                pa.nulls(len(inserted_src), field.type)])
+            rows = rows.append_column(field, filled)
+        return rows.select(arrow.names)
+
     async def _matches(self, ctx: ReadContext, source: pa.Table) -> _Matches:
         """Which source rows update, insert, and which table rows go (nothing written)."""
         snap = ctx.snapshot
@@ -369,7 +395,8 @@ class MergeInsertBuilder:
         inserted_src, deleted_tgt, keys = m.inserted_src, m.deleted_tgt, self._keys
         addresses = target.column(ROW_ADDRESS).to_numpy()
         gone = np.concatenate([addresses[updated_tgt], addresses[deleted_tgt]])
-        new_rows = source.take(np.concatenate([updated_src, inserted_src]))
+        new_rows = await self._full_rows(ctx, source, updated_src,
+                                         addresses[kept_tgt], inserted_src)
         inserted_keys = source.select(keys).take(inserted_src)
 
         async def rows() -> Any:
