@@ -66,6 +66,8 @@ def runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique ``rows`` as runs of consecutive values: ``(first, end)`` per run."""
     if len(rows) == 0:
         return rows[:0], rows[:0]
+    if int(rows[-1]) - int(rows[0]) == len(rows) - 1:  # sorted and unique: one run (scans)
+        return rows[:1], rows[-1:] + 1
     brk = np.flatnonzero(np.diff(rows) != 1) + 1
     first = rows[np.concatenate(([0], brk))]
     last = rows[np.concatenate((brk - 1, [len(rows) - 1]))]
@@ -126,7 +128,11 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
         return Fixed.from_bytes(_joined(got), width * 8, n), None
     if which == "fixed_size_list":
         dim = int(enc.fixed_size_list.dimension)
-        item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
+        if n and int(rows[-1]) - int(rows[0]) == n - 1:  # one run of rows: one run of items
+            item_rows = np.arange(int(rows[0]) * dim, (int(rows[-1]) + 1) * dim,
+                                  dtype=np.int64)
+        else:
+            item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
         items, items_valid = yield from read_rows(enc.fixed_size_list.items, bufs, item_rows)
         if not isinstance(items, Fixed) or items.bits % 8:
             raise CorruptFileError("2.0 fixed-size list items are not whole bytes")
