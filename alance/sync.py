@@ -42,7 +42,6 @@ from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.dataset.tags import Tag
 from alance.dataset.tags import Tags as _AsyncTags
 from alance.errors import InvalidInputError
-from alance.format.schema import LanceSchema
 
 T = TypeVar("T")
 
@@ -159,8 +158,9 @@ class LanceDataset:
 
     @property
     def lance_schema(self) -> LanceSchema:
-        """The Lance schema of this version."""
-        return self._async.lance_schema
+        """The Lance schema of this version (pylance's view: ``fields()``, ``field(name)``,
+        ``to_pyarrow()``; alance's own attributes also answer)."""
+        return LanceSchema(self._async.lance_schema)
 
     def with_default_scan_options(self, options: Mapping[str, Any] | None) -> LanceDataset:
         """This version with default scanner arguments (see
@@ -927,3 +927,8 @@ __all__ += ["manifest_needs_migration"]
 from alance.dataset.bases import DatasetBasePath  # noqa: E402
 
 __all__ += ["DatasetBasePath"]
+
+from alance import sync_schema as schema  # noqa: E402
+from alance.sync_schema import LanceField, LanceSchema  # noqa: E402
+
+__all__ += ["LanceField", "LanceSchema", "schema"]

@@ -160,3 +160,25 @@ def test_non_utf8_metadata_is_refused(local_uri: str, where: str) -> None:
     with pytest.raises(InvalidInputError, match="UTF-8"):
         al.write_dataset(pa.table({"a": [1]}, schema=schema), local_uri)
     assert not Path(local_uri).exists()
+
+
+def test_lance_schema_answers_pylance_and_alance_spellings(local_uri: str) -> None:
+    import lance
+    schema = pa.schema([pa.field("a", pa.int64(), metadata={"k": "v"}),
+                        pa.field("s", pa.struct([("x", pa.int32())]))])
+    ds = al.write_dataset(pa.table({"a": [1, 2], "s": [{"x": 1}, {"x": 2}]}, schema=schema),
+                          local_uri)
+    ours, theirs = ds.lance_schema, lance.dataset(local_uri).lance_schema
+    assert [(f.name(), f.id()) for f in ours.fields()] == [
+        (f.name(), f.id()) for f in theirs.fields()]
+    a = ours.field("a")
+    assert a is not None and a.metadata == {"k": "v"} and a.name == "a" and a.id == 0
+    assert [c.name() for c in ours.field("s").children()] == ["x"]
+    assert ours.field("nope") is None and ours.field_case_insensitive("A").id() == 0
+    assert ours.to_pyarrow().equals(ds.schema)
+    assert [f.name for f in ours.walk()] == ["a", "s", "x"]  # alance's own API still answers
+    # pylance's Project with a schema built from Arrow: drop and rename columns.
+    project = al.LanceOperation.Project(al.LanceSchema.from_pyarrow(pa.schema([("b", pa.int64())])))
+    ds = al.LanceDataset.commit(ds, project, read_version=1)
+    assert ds.to_table().to_pydict() == {"b": [1, 2]}
+    assert lance.dataset(local_uri).to_table().to_pydict() == {"b": [1, 2]}

@@ -39,9 +39,16 @@ def _protos(fragments: Iterable[Any]) -> list[table_pb2.DataFragment]:
     return out
 
 
+def _unwrapped(schema: Any) -> Any:
+    """alance's LanceSchema behind pylance-style schema views (``alance.sync.LanceSchema``)."""
+    inner = getattr(schema, "lance_schema", None)
+    return inner if isinstance(inner, LanceSchema) else schema
+
+
 def _schema(schema: Any, base: LanceSchema | None, max_field_id: int) -> LanceSchema:
     """``schema`` as a Lance schema: existing columns keep their field ids (by name), new ones
     get ids after ``max_field_id``."""
+    schema = _unwrapped(schema)
     if isinstance(schema, LanceSchema):
         return schema
     if not isinstance(schema, pa.Schema):
@@ -77,6 +84,7 @@ class LanceOperation:
 
         def __post_init__(self) -> None:
             self.fragments = list(self.fragments)
+            self.new_schema = _unwrapped(self.new_schema)
             if not isinstance(self.new_schema, pa.Schema | LanceSchema):
                 raise TypeError("new_schema must be a pyarrow.Schema, got "
                                 f"{type(self.new_schema).__name__}")
