@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -240,3 +241,32 @@ def test_fragment_from_an_existing_file(tmp_path: Path, version: str) -> None:
         w.write_batch(pa.table({"a": pa.array([1], pa.int32())}))
     with pytest.raises(SchemaMismatchError):
         sync.LanceFragment.create_from_file(bad, ds, 0)
+
+
+def test_progress_marks_a_fragment_whose_input_fails(tmp_path: Path) -> None:
+    """``begin`` runs as soon as rows arrive, so a write whose input then fails leaves its
+    in-progress marker (and no data file); a good write leaves final metadata only."""
+    import json
+
+    from alance import sync
+    progress_dir = tmp_path / "progress"
+    batch = pa.record_batch([pa.array(range(10))], names=["a"])
+
+    def failing() -> Any:
+        yield batch
+        raise RuntimeError("input broke")
+
+    reader = pa.RecordBatchReader.from_batches(batch.schema, failing())
+    progress = sync.FileSystemFragmentWriteProgress(str(progress_dir), metadata={"k": "v"})
+    with pytest.raises(Exception, match="input broke"):
+        sync.LanceFragment.create(str(tmp_path / "ds"), reader, fragment_id=3,
+                                  progress=progress)
+    marker = json.loads((progress_dir / "fragment_3.in_progress").read_text())
+    assert marker == {"fragment_id": 3, "metadata": {"k": "v"}}
+    assert not list((tmp_path / "ds").rglob("*.lance"))
+    meta = sync.LanceFragment.create(str(tmp_path / "ds"), pa.table({"a": [1]}),
+                                     fragment_id=4, progress=progress)
+    assert not (progress_dir / "fragment_4.in_progress").exists()
+    written = json.loads((progress_dir / "fragment_4.json").read_text())
+    assert written["files"][0]["path"] == meta.files[0].path
+    assert written["physical_rows"] == 1

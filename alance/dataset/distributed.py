@@ -165,8 +165,18 @@ class DistributedWrite:
         target = self.arrow_schema
         counted = [0]
 
+        arrived = getattr(events, "rows_arrived", None)
+
+        async def announced() -> AsyncIterator[pa.RecordBatch]:
+            first = True
+            async for batch in batches:
+                if first and arrived is not None and batch.num_rows:
+                    first = False
+                    await arrived()
+                yield batch
+
         async def conformed() -> AsyncIterator[pa.RecordBatch]:
-            async for batch in regroup(batches, self.params.rows_per_chunk,
+            async for batch in regroup(announced(), self.params.rows_per_chunk,
                                        self.params.max_bytes_per_file):
                 out = conform_batch(batch, target)
                 counted[0] += out.num_rows

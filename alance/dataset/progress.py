@@ -59,7 +59,8 @@ class FileSystemFragmentWriteProgress(FragmentWriteProgress):
         self._put(self._path(fragment, ".json"), fragment.to_json())
 
     def complete(self, fragment: Any, **kwargs: Any) -> None:
-        """Remove the in-progress marker."""
+        """Write the fragment's final metadata and remove the in-progress marker."""
+        self._put(self._path(fragment, ".json"), fragment.to_json())
         self._fs.delete_file(self._path(fragment, self.PROGRESS_EXT))
 
 
@@ -72,9 +73,21 @@ class ProgressEvents:
         self._progress = progress
         self._id = fragment_id
         self._fields = field_ids
+        self._begun = False
+
+    async def rows_arrived(self) -> None:
+        """Call ``begin`` for the first fragment as soon as rows arrive (before its data file
+        is open: the input may still fail while the first file's rows are gathered)."""
+        self._begun = True
+        meta = FragmentMetadata(self._id, [], 0)
+        await asyncio.to_thread(self._progress.begin, meta)
 
     async def opened(self, name: str) -> None:
-        """Call ``begin`` with the fragment's metadata so far."""
+        """Call ``begin`` with the fragment's metadata so far (unless :meth:`rows_arrived`
+        already began this fragment)."""
+        if self._begun:
+            self._begun = False
+            return
         meta = FragmentMetadata(self._id, [DataFile(name, self._fields)], 0)
         await asyncio.to_thread(self._progress.begin, meta)
 
