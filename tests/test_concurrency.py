@@ -303,3 +303,19 @@ def test_backoff_pauses_grow_with_slow_attempts() -> None:
     assert max(fast) <= BACKOFF_CAP
     assert max(slow) > BACKOFF_CAP and max(slow) <= 4.0
     assert max(backoff_delay(0, attempt_seconds=2.0) for _ in range(50)) <= 0.005
+
+
+async def test_rebasable_commits_outlast_their_retry_count(uri: str) -> None:
+    """Appends that keep losing races to each other go on past ``max_retries`` (until the
+    commit deadline) instead of failing: sixteen concurrent appends allowed one retry each
+    all land, each exactly once."""
+    await alance.write_dataset(pa.table({"w": pa.array([-1], pa.int64())}), uri)
+
+    async def append(w: int) -> None:
+        await alance.write_dataset(pa.table({"w": pa.array([w], pa.int64())}), uri,
+                                   mode="append", max_retries=1)
+
+    await asyncio.gather(*(append(w) for w in range(16)))
+    ds = await alance.open_dataset(uri)
+    assert ds.version == 17
+    assert sorted((await ds.to_table())["w"].to_pylist()) == list(range(-1, 16))

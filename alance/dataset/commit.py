@@ -4,7 +4,8 @@ A commit tries to create the manifest of ``latest + 1``. When another writer got
 every transaction committed since ours was read is checked against ours
 (:mod:`alance.transaction.conflicts`); if all are compatible (deletion vectors merged where
 both deleted from a fragment), the transaction is built again on the newest version and
-committed after a jittered, growing pause, up to ``max_retries`` times. A conflict that cannot
+committed after a jittered, growing pause, up to ``max_retries`` times and then on until
+:data:`COMMIT_DEADLINE` seconds have passed since the commit began. A conflict that cannot
 be rebased raises :class:`~alance.errors.RetryableCommitConflictError` or
 :class:`~alance.errors.IncompatibleTransactionError`; running out of attempts raises
 :class:`~alance.errors.CommitConflictError`.
@@ -36,6 +37,7 @@ from alance.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     CorruptFileError,
+    DatasetNotFoundError,
     InvalidInputError,
     NotFoundError,
     StoreError,
@@ -63,6 +65,10 @@ log = logging.getLogger(__name__)
 AUTO_CLEANUP_INTERVAL = "lance.auto_cleanup.interval"
 #: How many times a commit that lost a race is rebased and retried before giving up.
 DEFAULT_MAX_RETRIES = 20
+#: Seconds a commit that keeps losing races to compatible commits goes on retrying once its
+#: ``max_retries`` are used up: under heavy contention a rebasable commit waits its turn
+#: instead of failing after a fixed number of races (``max_retries=0``: never retried).
+COMMIT_DEADLINE = 60.0
 #: First backoff pause (seconds) and the cap of the growing pause.
 BACKOFF_BASE = 0.005
 BACKOFF_CAP = 0.5
@@ -141,7 +147,7 @@ def backoff_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
     slow (a loaded machine, a distant store), writers that pause less than an attempt lasts
     keep colliding."""
     cap = max(BACKOFF_CAP, 2 * attempt_seconds)
-    return random.uniform(0, min(BACKOFF_BASE * 2 ** attempt, cap))
+    return random.uniform(0, min(BACKOFF_BASE * 2 ** min(attempt, 32), cap))
 
 
 async def commit_transaction(
@@ -252,6 +258,11 @@ class _CommitLoop:
                 f"reading it back failed too ({exc}); it may or may not have been committed"
             ) from error
 
+    async def _taken(self, version: int) -> bool:
+        """Whether a lost commit lost a real race (the version now exists): only those are
+        retried past ``max_retries`` (a lock that refuses, say, is not waited out)."""
+        return await _taken_by_another(self.handler, self.store, version)
+
     async def run(self, base: Snapshot | None, txn: Transaction, max_retries: int,
                   must_create: bool) -> Snapshot:
         current = base
@@ -268,7 +279,10 @@ class _CommitLoop:
             raise CommitConflictError(
                 f"Commit conflict for version {base.version + 1}: {self.store.uri} has moved "
                 "past the read version and max_retries=0 allows no rebase")
-        for attempt in range(max_retries + 1):
+        began = time.monotonic()
+        attempt = -1
+        while True:
+            attempt += 1
             started = time.monotonic()
             if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
                 catch_up = False
@@ -312,12 +326,15 @@ class _CommitLoop:
                 if outcome is not None:
                     await _write_hint(self.store, outcome.version)
                     return outcome
-                if attempt == max_retries:
+                if attempt >= max_retries:
                     raise
                 await asyncio.sleep(backoff_delay(attempt))
                 continue  # the version is still free: try the same commit again
             except CommitConflictError:
-                if must_create or attempt == max_retries:
+                last = max_retries == 0 or (attempt >= max_retries and (
+                    time.monotonic() - began >= COMMIT_DEADLINE
+                    or not await self._taken(mf.manifest.version)))
+                if must_create or last:
                     outcome = await self._outcome(mf.manifest.version, txn, None)
                     if outcome is not None:  # our own earlier attempt landed after all
                         await _write_hint(self.store, outcome.version)
@@ -325,8 +342,11 @@ class _CommitLoop:
                 if must_create:
                     raise AlreadyExistsError(
                         f"a dataset already exists at {self.store.uri}") from None
-                if attempt == max_retries:
+                if last:
                     break
+                if attempt >= max_retries:
+                    log.info("commit to %s lost %d races; retrying until its deadline",
+                             self.store.uri, attempt + 1)
                 # Pause first, then catch up: the newest version is then as fresh as it can be
                 # when the next attempt is made.
                 await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
@@ -336,7 +356,16 @@ class _CommitLoop:
             return Snapshot(location, mf)
         raise CommitConflictError(
             f"Commit conflict for version {mf.manifest.version}: commit to {self.store.uri} "
-            f"lost {max_retries + 1} races in a row; giving up")
+            f"lost {attempt + 1} races in a row; giving up")
+
+
+async def _taken_by_another(handler: CommitHandler, store: DatasetStore, version: int,
+                            ) -> bool:
+    """Whether ``version`` exists now (another writer won the race for it)."""
+    try:
+        return (await handler.latest(store)).version >= version
+    except DatasetNotFoundError:
+        return False
 
 
 async def _committed_by(store: DatasetStore, handler: CommitHandler, version: int,
