@@ -307,8 +307,9 @@ def test_flag_checks() -> None:
     check_reader_flags(0)
     check_reader_flags(FeatureFlag.DELETION_FILES | FeatureFlag.STABLE_ROW_IDS)
     check_writer_flags(FeatureFlag.DELETION_FILES | FeatureFlag.TABLE_CONFIG)
-    with pytest.raises(UnsupportedFeatureError, match="BASE_PATHS"):
-        check_reader_flags(FeatureFlag.BASE_PATHS | FeatureFlag.DELETION_FILES)
+    check_reader_flags(FeatureFlag.BASE_PATHS | FeatureFlag.DELETION_FILES)  # several roots
+    with pytest.raises(UnsupportedFeatureError, match="UNIDENTIFIED_2048"):
+        check_reader_flags(FeatureFlag.UNIDENTIFIED_2048 | FeatureFlag.DELETION_FILES)
     with pytest.raises(UnsupportedFeatureError, match=r"unknown\(64\)"):
         check_reader_flags(64)
     check_writer_flags(FeatureFlag.STABLE_ROW_IDS)  # alance assigns and keeps row ids
