@@ -308,6 +308,10 @@ class LanceDataset:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
 
+    def validate(self) -> None:
+        """Blocking :meth:`alance.LanceDataset.validate`."""
+        _loop.run(self._async.validate())
+
     def sample(self, num_rows: int, columns: Sequence[str] | Mapping[str, str] | None = None,
                randomize_order: bool = True, **kwargs: Any) -> pa.Table:
         """Blocking :meth:`alance.LanceDataset.sample`."""

@@ -615,3 +615,20 @@ def test_a_long_list_ending_in_a_non_literal_is_read_in_linear_time() -> None:
     for tail in ("id", "id + 0", "abs(id)", "- id"):
         sql = f"id IN ({', '.join(f'- {i}' for i in range(3000))}, {tail})"
         compile_filter(sql, schema)
+
+
+def test_validate_checks_every_file_against_the_manifest(tmp_path: Path) -> None:
+    from alance import sync
+    uri = str(tmp_path / "ds")
+    ds = sync.write_dataset(pa.table({"a": range(30)}), uri, max_rows_per_file=10,
+                            enable_stable_row_ids=True)
+    ds.delete("a % 3 = 0")
+    ds.validate()  # a sound dataset passes
+    sync.open_dataset(uri).validate()
+    rewrite_manifest(uri, lambda m: setattr(m.fragments[1], "physical_rows", 11))
+    with pytest.raises(CorruptFileError, match="fragment 1|11"):
+        sync.open_dataset(uri).validate()
+    rewrite_manifest(uri, lambda m: (setattr(m.fragments[1], "physical_rows", 10),
+                                     setattr(m.fragments[2], "id", 0)))
+    with pytest.raises(CorruptFileError, match="two fragments|repeat"):
+        sync.open_dataset(uri).validate()

@@ -340,6 +340,13 @@ class LanceDataset:
         :mod:`alance.dataset.take_batch`); each gets exactly its own rows."""
         return await take_rows(self._ctx, indices, columns, self._takes)
 
+    async def validate(self) -> None:
+        """Check this version against its files: every data and deletion file is read and
+        checked against the manifest (see :mod:`alance.dataset.validate`); raises
+        :class:`~alance.errors.CorruptFileError` at the first inconsistency."""
+        from alance.dataset.validate import validate_version
+        await validate_version(ReadContext(self._store, self._snapshot))
+
     async def sample(self, num_rows: int,
                      columns: Sequence[str] | Mapping[str, str] | None = None,
                      randomize_order: bool = True, *, seed: int | None = None) -> pa.Table:
