@@ -693,12 +693,14 @@ def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
     return opened
 
 
-def write_dataset(data: Any, uri: str | os.PathLike[str] | LanceDataset,
+def write_dataset(data_obj: Any, uri: str | os.PathLike[str] | LanceDataset,
                   schema: pa.Schema | None = None,
                   mode: _async.WriteMode = "create", *, commit_lock: Any = None,
                   **kwargs: Any) -> LanceDataset:
-    """Blocking :func:`alance.write_dataset` (same keyword arguments, and pylance's
-    ``commit_lock``: a context manager factory held around the commit)."""
+    """Blocking :func:`alance.write_dataset` (same keyword arguments, pylance's parameter
+    name ``data_obj`` for the data, and pylance's ``commit_lock``: a context manager factory
+    held around the commit)."""
+    data = data_obj
     if commit_lock is not None:
         if kwargs.get("commit_handler") is not None:
             raise InvalidInputError("pass commit_lock or commit_handler, not both")
