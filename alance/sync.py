@@ -938,3 +938,7 @@ from alance import sync_schema as schema  # noqa: E402
 from alance.sync_schema import LanceField, LanceSchema  # noqa: E402
 
 __all__ += ["LanceField", "LanceSchema", "schema"]
+
+from alance import vector  # noqa: E402
+
+__all__ += ["vector"]

@@ -182,3 +182,17 @@ def test_lance_schema_answers_pylance_and_alance_spellings(local_uri: str) -> No
     ds = al.LanceDataset.commit(ds, project, read_version=1)
     assert ds.to_table().to_pydict() == {"b": [1, 2]}
     assert lance.dataset(local_uri).to_table().to_pydict() == {"b": [1, 2]}
+
+
+def test_vec_to_table() -> None:
+    import numpy as np
+    vectors = {"a": np.arange(4.0), "b": np.ones(4)}
+    table = al.vector.vec_to_table(vectors)
+    assert table.schema == pa.schema([("id", pa.string()),
+                                      ("vector", pa.list_(pa.float32(), 4))])
+    assert table["vector"].to_pylist() == [[0, 1, 2, 3], [1, 1, 1, 1]]
+    matrix = np.arange(12, dtype=np.float64).reshape(3, 4)
+    assert al.vector.vec_to_table(matrix, names="v")["v"].to_pylist()[2] == [8, 9, 10, 11]
+    assert al.vector.vec_to_table([[1, 2], [3, 4]]).num_rows == 2
+    with pytest.raises(InvalidInputError, match="dimensions"):
+        al.vector.vec_to_table([[1, 2], [3]])
