@@ -942,3 +942,82 @@ __all__ += ["LanceField", "LanceSchema", "schema"]
 from alance import vector  # noqa: E402
 
 __all__ += ["vector"]
+
+
+class _CompactionTask:
+    """Blocking twin of :class:`alance.dataset.compaction_tasks.CompactionTask`."""
+
+    def __init__(self, task: Any) -> None:
+        self._async = task
+
+    @property
+    def read_version(self) -> int:
+        """The version the task was planned on."""
+        return int(self._async.read_version)
+
+    @property
+    def fragments(self) -> list[FragmentMetadata]:
+        """The fragments the task rewrites."""
+        return list(self._async.fragments)
+
+    def execute(self, dataset: Any = None) -> Any:
+        """Rewrite the task's fragments (nothing committed); a picklable RewriteResult."""
+        return _loop.run(self._async.execute(dataset))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CompactionTask) and self._async == other._async
+
+    def __hash__(self) -> int:
+        return hash(self._async.index)
+
+    def __repr__(self) -> str:
+        return repr(self._async)
+
+
+class _CompactionPlan:
+    """Blocking twin of :class:`alance.dataset.compaction_tasks.CompactionPlan`."""
+
+    def __init__(self, plan: Any) -> None:
+        self._async = plan
+        self.read_version = int(plan.read_version)
+        self.tasks = [_CompactionTask(t) for t in plan.tasks]
+
+    def num_tasks(self) -> int:
+        """How many tasks there are."""
+        return len(self.tasks)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CompactionPlan) and self._async == other._async
+
+    def __hash__(self) -> int:
+        return hash(self.read_version)
+
+    def __repr__(self) -> str:
+        return repr(self._async)
+
+
+class Compaction:
+    """Blocking twin of :class:`alance.dataset.compaction_tasks.Compaction` (pylance's
+    ``lance.optimize.Compaction``)."""
+
+    @staticmethod
+    def plan(dataset: LanceDataset, options: Mapping[str, Any] | None = None) -> Any:
+        """Plan a compaction of ``dataset`` (tasks can be pickled and run anywhere)."""
+        from alance.dataset.compaction_tasks import Compaction as _Compaction
+        return _CompactionPlan(_loop.run(_Compaction.plan(dataset._async, options)))
+
+    @staticmethod
+    def commit(dataset: LanceDataset, rewrites: Iterable[Any]) -> Any:
+        """Commit task results as one compaction; ``dataset`` moves to the new version.
+        Returns the metrics."""
+        from alance.dataset.compaction_tasks import Compaction as _Compaction
+        new, metrics = _loop.run(_Compaction.commit(dataset._async, rewrites))
+        dataset._moved_to(new)
+        return metrics
+
+
+from alance.dataset.compaction_tasks import RewriteResult  # noqa: E402
+
+CompactionPlan = _CompactionPlan
+CompactionTask = _CompactionTask
+__all__ += ["Compaction", "CompactionPlan", "CompactionTask", "RewriteResult"]

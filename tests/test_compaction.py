@@ -286,3 +286,31 @@ async def test_evolved_schema_files_are_merged(tmp_path: Path) -> None:
     assert len(frag.files) == 1 and sorted(frag.files[0].fields) == [0, 1, 2]
     assert lance.dataset(ours).to_table().equals(lance.dataset(theirs).to_table())
     assert lance.dataset(ours).schema == lance.dataset(theirs).schema
+
+
+def test_compaction_tasks_run_anywhere_and_commit_in_part(tmp_path: Path) -> None:
+    """pylance's task API: a plan's tasks pickle, run separately and commit as one rewrite;
+    a commit may hold only some of the results."""
+    import pickle
+
+    from alance import sync
+    uri = str(tmp_path / "ds")
+    ds = sync.write_dataset(pa.table({"a": range(800), "b": range(800)}), uri,
+                            max_rows_per_file=200)
+    plan = sync.Compaction.plan(ds, {"target_rows_per_fragment": 400})
+    assert (plan.read_version, plan.num_tasks()) == (1, 2)
+    assert repr(plan) == "CompactionPlan(read_version=1, tasks=<2 compaction tasks>)"
+    frags = ds.get_fragments()
+    assert plan.tasks[0].fragments == [f.metadata for f in frags[:2]]
+    task = pickle.loads(pickle.dumps(plan.tasks[0]))
+    result = pickle.loads(pickle.dumps(task.execute(ds)))
+    assert isinstance(result, sync.RewriteResult)
+    assert repr(result).startswith("RewriteResult(read_version=1, new_fragments=[")
+    metrics = sync.Compaction.commit(ds, [result])
+    assert (metrics.fragments_removed, metrics.fragments_added) == (2, 1)
+    assert ds.version == 3  # ids reserved, then the rewrite (as pylance)
+    assert len(ds.get_fragments()) == 3
+    assert ds.to_table().sort_by("a").equals(pa.table({"a": range(800), "b": range(800)}))
+    assert lance.dataset(uri).to_table().sort_by("a").equals(ds.to_table().sort_by("a"))
+    with pytest.raises(alance.InvalidInputError):
+        sync.Compaction.commit(ds, [])

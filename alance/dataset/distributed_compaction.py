@@ -90,8 +90,10 @@ class DistributedCompaction:
         return CompactionPart(index, tuple(f.SerializeToString() for f in new))
 
     async def commit(self, parts: Iterable[CompactionPart | None], *,
-                     max_retries: int = DEFAULT_MAX_RETRIES) -> LanceDataset:
-        """Reserve fragment ids and commit every group's rewrite as ONE Rewrite."""
+                     max_retries: int = DEFAULT_MAX_RETRIES,
+                     partial: bool = False) -> LanceDataset:
+        """Reserve fragment ids and commit every group's rewrite as ONE Rewrite
+        (``partial``: the groups whose results are given; the others stay as they are)."""
         by_index: dict[int, CompactionPart] = {}
         for p in parts:
             if p is None:
@@ -99,20 +101,23 @@ class DistributedCompaction:
             if p.index in by_index:
                 raise InvalidInputError(f"compaction task {p.index} handed in twice")
             by_index[p.index] = p
-        if sorted(by_index) != self.tasks():
+        if not by_index:
+            raise InvalidInputError("no compaction task results to commit")
+        if sorted(by_index) != self.tasks() and not partial:
             raise InvalidInputError(f"compaction tasks {sorted(set(self.tasks()) - set(by_index))}"
                                     " are missing; commit needs every task's result")
         store = open_store(self.uri, self.storage_options)
         handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
         new = {i: p.fragment_protos() for i, p in by_index.items()}
-        written = [f for i in self.tasks() for f in new[i]]
+        done = sorted(by_index)
+        written = [f for i in done for f in new[i]]
         try:
             async with removed_on_failure(store, written, external_files(written)):
                 ids = iter(await reserve_fragment_ids(store, handler, self.snapshot,
                                                       len(written), max_retries)
                            if written else [])
                 groups = []
-                for i in self.tasks():
+                for i in done:
                     for frag in new[i]:
                         frag.id = next(ids)
                     groups.append((self._group(i), new[i]))
