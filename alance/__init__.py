@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
 from alance.dataset.bases import DatasetBasePath
+from alance.dataset.batch_udf import BatchUDF, batch_udf
 from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
 from alance.dataset.distributed import DistributedWrite, UncommittedFragments, plan_write
 from alance.dataset.distributed_compaction import (
@@ -73,6 +74,8 @@ __all__ = [
     "LanceFragment",
     "LanceOperation",
     "DatasetBasePath",
+    "BatchUDF",
+    "batch_udf",
     "ManifestLocation",
     "NotFoundError",
     "PathOutsideDatasetError",

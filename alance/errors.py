@@ -49,6 +49,11 @@ class UnrepresentableValueError(InvalidInputError):
     """
 
 
+class RowCountMismatchError(InvalidInputError, OSError):
+    """Values given row by row for a dataset end before its rows do, or go on after them
+    (an ``OSError`` too, as pylance reports it)."""
+
+
 class MergeInsertMatchError(InvalidInputError):
     """A merge insert built with ``when_matched_fail`` found source rows that match rows of
     the table (nothing was written)."""
@@ -156,6 +161,7 @@ __all__ = [
     "IncompatibleTransactionError",
     "InvalidInputError",
     "MergeInsertMatchError",
+    "RowCountMismatchError",
     "NotFoundError",
     "PathOutsideDatasetError",
     "PermissionDeniedError",

@@ -1021,3 +1021,7 @@ from alance.dataset.compaction_tasks import RewriteResult  # noqa: E402
 CompactionPlan = _CompactionPlan
 CompactionTask = _CompactionTask
 __all__ += ["Compaction", "CompactionPlan", "CompactionTask", "RewriteResult"]
+
+from alance.dataset.batch_udf import BatchUDF, batch_udf  # noqa: E402
+
+__all__ += ["BatchUDF", "batch_udf"]

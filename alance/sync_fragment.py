@@ -19,6 +19,7 @@ from alance.dataset import manual_commit as _commit
 from alance.dataset.fragment_meta import DataFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.sync import LanceDataset, Scanner, _iterate
+from alance.sync_schema import LanceSchema
 
 __all__ = ["BulkCommitResult", "FragmentSession", "LanceFragment", "commit", "commit_batch",
            "format_fragment", "write_fragments"]
@@ -125,14 +126,16 @@ class LanceFragment:
     def merge(self, data_obj: Any, left_on: str, right_on: str | None = None,
               schema: pa.Schema | None = None) -> tuple[FragmentMetadata, Any]:
         """Add columns by a left join, uncommitted: (new metadata, new schema)."""
-        return _loop.run(self._async.merge(data_obj, left_on, right_on, schema))
+        meta, merged = _loop.run(self._async.merge(data_obj, left_on, right_on, schema))
+        return meta, LanceSchema(merged)
 
     def merge_columns(self, value_func: Any, columns: Sequence[str] | None = None,
                       batch_size: int | None = None, reader_schema: pa.Schema | None = None,
                       ) -> tuple[FragmentMetadata, Any]:
         """Add computed columns, uncommitted: (new metadata, new schema)."""
-        return _loop.run(self._async.merge_columns(value_func, columns, batch_size,
-                                                   reader_schema))
+        meta, merged = _loop.run(self._async.merge_columns(value_func, columns, batch_size,
+                                                           reader_schema))
+        return meta, LanceSchema(merged)
 
     def update_columns(self, value_obj: Any, left_on: str = "_rowid",
                        right_on: str | None = None) -> tuple[FragmentMetadata, list[int]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -360,3 +361,84 @@ async def test_new_columns_keep_extension_types(local_uri: str, storage: str) ->
     assert ds.lance_schema.field("e").logical_type == "fixed_size_list:lance.bfloat16:2"
     assert isinstance(ds.schema.field("u").type, pa.BaseExtensionType)
     await assert_same_everywhere(local_uri)
+
+
+def test_batch_udf_schema_and_checkpoint(tmp_path: Path) -> None:
+    """A batch_udf's results must keep one schema; with a checkpoint, a rerun after a failure
+    computes only the batches not done before, and the checkpoint goes once committed."""
+    import os
+
+    from alance import sync
+    ds = sync.write_dataset(pa.table({"a": range(100), "b": range(100)}), str(tmp_path / "ds"),
+                            max_rows_per_file=20)
+    calls: list[int] = []
+    checkpoint = tmp_path / "cache.sqlite"
+
+    @sync.batch_udf(checkpoint_file=checkpoint)
+    def double(batch: pa.RecordBatch) -> pa.RecordBatch:
+        first = batch["a"][0].as_py()
+        calls.append(first)
+        if first >= 60 and not os.environ.get("ALANCE_TEST_UDF_OK"):
+            raise RuntimeError("I failed")
+        return pa.record_batch([pc.multiply(batch["a"], 2)], ["a2"])
+
+    with pytest.raises(RuntimeError, match="I failed"):
+        ds.add_columns(double, read_columns=["a"])
+    assert ds.version == 1 and checkpoint.exists()
+    done_before = {c for c in calls if c < 60}
+    calls.clear()
+    os.environ["ALANCE_TEST_UDF_OK"] = "1"
+    try:
+        ds.add_columns(double, read_columns=["a"])
+    finally:
+        del os.environ["ALANCE_TEST_UDF_OK"]
+    assert not done_before & set(calls[1:])  # (the first call may be the schema probe)
+    assert ds.to_table()["a2"].to_pylist() == [2 * i for i in range(100)]
+    assert not checkpoint.exists()
+    with pytest.raises(InvalidInputError, match="A checkpoint file cannot be used"):
+        ds.get_fragments()[0].merge_columns(
+            sync.batch_udf(checkpoint_file=checkpoint)(lambda b: b), columns=["a"])
+
+    @sync.batch_udf()
+    def unstable(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.record_batch([batch["a"]], [f"c{batch['a'][0].as_py()}"])
+
+    with pytest.raises(InvalidInputError, match="Output schema of function does not match"):
+        ds.add_columns(unstable, read_columns=["a"])
+
+
+def test_values_with_reader_schema_and_counts(tmp_path: Path) -> None:
+    from alance import sync
+    from alance.errors import RowCountMismatchError
+    ds = sync.write_dataset(pa.table({"a": range(10)}), str(tmp_path / "ds"),
+                            max_rows_per_file=4)
+
+    def gen(n: int, name: str) -> Any:
+        for start in range(0, n, 3):
+            yield pa.record_batch([pa.array(range(start, min(n, start + 3)))], [name])
+
+    ds.add_columns(gen(10, "c"), reader_schema=pa.schema([("c", pa.int64())]))
+    assert ds.to_table()["c"].to_pylist() == list(range(10))
+    with pytest.raises(RowCountMismatchError, match="Stream ended before"):
+        ds.add_columns(gen(5, "d"), reader_schema=pa.schema([("d", pa.int64())]))
+    with pytest.raises(OSError, match="Stream produced more values"):
+        ds.add_columns(gen(11, "d"), reader_schema=pa.schema([("d", pa.int64())]))
+    assert ds.schema.names == ["a", "c"]
+
+
+def test_null_sql_columns_are_metadata_only_and_cast_errors_name_values(
+        tmp_path: Path) -> None:
+    from alance import sync
+    uri = str(tmp_path / "ds")
+    ds = sync.write_dataset(pa.table({"a": range(100), "x": pa.array([1, 1024] * 50,
+                                                                       pa.int32())}),
+                            uri, max_rows_per_file=50)
+    files = [f.data_files() for f in ds.get_fragments()]
+    ds.add_columns({"b": "CAST(NULL AS INT)"})
+    assert [f.data_files() for f in ds.get_fragments()] == files  # nothing written
+    assert ds.schema.field("b").type == pa.int32()
+    assert lance.dataset(uri).to_table()["b"].null_count == 100
+    with pytest.raises(InvalidInputError, match="Can't cast value 1024 to type Int8"):
+        ds.alter_columns({"path": "x", "data_type": pa.int8()})
+    with pytest.raises(InvalidInputError, match='Cannot cast column "x" from Int32 to Utf8'):
+        ds.alter_columns({"path": "x", "data_type": pa.string()})

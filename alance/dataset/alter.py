@@ -12,6 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +30,7 @@ from alance.dataset.read import TOMBSTONE_FIELD_ID, ReadContext
 from alance.dataset.scan import Scanner
 from alance.dataset.snapshot import Snapshot
 from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.filter._arrow_types import arrow_type_name
 from alance.format.feature_flags import check_writer_flags
 from alance.format.schema import LanceField, LanceSchema
 from alance.io.store import DatasetStore
@@ -183,8 +185,9 @@ async def alter_columns(store: DatasetStore, handler: CommitHandler, snapshot: S
             if not isinstance(data_type, pa.DataType):
                 raise InvalidInputError("'data_type' must be a pyarrow DataType")
             if not castable(field.data_type, data_type):
-                raise InvalidInputError(f"cannot cast column {path!r} from {field.data_type} "
-                                        f"to {data_type}")
+                raise InvalidInputError(
+                    f'Cannot cast column "{path}" from {arrow_type_name(field.data_type)} to '
+                    f"{arrow_type_name(data_type)}")
             arrow = pa.schema([pa.field(field.name, data_type, field.nullable)])
             new = LanceSchema.from_arrow(arrow, first_id=next_id).fields[0]
             next_id = max(f.id for f in new.walk()) + 1
@@ -214,8 +217,8 @@ async def _rewrite_columns(store: DatasetStore, handler: CommitHandler, snapshot
             try:
                 columns.append(pc.cast(column, field.type, safe=True))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise InvalidInputError(f"column {field.name!r}: values do not fit "
-                                        f"{field.type}: {exc}") from exc
+                raise InvalidInputError(f"column {field.name!r}: {_cast_failure(column, field)}"
+                                        f" ({exc})") from exc
         return pa.RecordBatch.from_arrays(columns, schema=out_arrow)
 
     ctx = ReadContext(store, snapshot)
@@ -232,3 +235,24 @@ async def _rewrite_columns(store: DatasetStore, handler: CommitHandler, snapshot
 
 
 __all__ = ["alter_columns", "castable", "drop_columns"]
+
+
+#: Arrow's names of integer types (as pylance's messages spell them).
+_INT_NAMES = {pa.int8(): "Int8", pa.int16(): "Int16", pa.int32(): "Int32", pa.int64(): "Int64",
+              pa.uint8(): "UInt8", pa.uint16(): "UInt16", pa.uint32(): "UInt32",
+              pa.uint64(): "UInt64"}
+
+
+def _cast_failure(column: pa.Array, field: pa.Field) -> str:
+    """Why ``column`` does not fit ``field``'s type, naming the first value that does not
+    (pylance's wording for integers: "Can't cast value 1024 to type Int8")."""
+    target = field.type
+    if target in _INT_NAMES and (pa.types.is_integer(column.type)
+                                 or pa.types.is_floating(column.type)):
+        info = np.iinfo(target.to_pandas_dtype())
+        values = column.drop_null().to_numpy(zero_copy_only=False)
+        bad = values[(values < info.min) | (values > info.max)] if len(values) else values
+        if len(bad):
+            value = bad[0].item()
+            return f"Can't cast value {value} to type {_INT_NAMES[target]}"
+    return f"values do not fit {target}"

@@ -444,7 +444,8 @@ class LanceDataset:
     # -- schema evolution (alance.dataset.evolution) -----------------------------------------
     async def add_columns(self, transforms: Any, read_columns: Sequence[str] | None = None,
                           batch_size: int | None = None, *, concurrency: int = 4,
-                          progress: Any = None) -> LanceDataset:
+                          progress: Any = None,
+                          reader_schema: pa.Schema | None = None) -> LanceDataset:
         """Add columns computed for every row; returns the new version.
 
         ``transforms``: ``{name: SQL expression}``; a function (sync or async) from a batch of
@@ -455,7 +456,8 @@ class LanceDataset:
         """
         snap = await evolution.add_columns(self._store, self._handler, self._snapshot,
                                            transforms, read_columns, batch_size,
-                                           concurrency=concurrency, progress=progress)
+                                           concurrency=concurrency, progress=progress,
+                                           reader_schema=reader_schema)
         return LanceDataset(self._store, self._handler, snap)
 
     async def merge(self, data: Any, left_on: str, right_on: str | None = None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -43,13 +43,14 @@ from alance.dataset.backfill import (
     only_new_files,
     system_columns_in,
 )
+from alance.dataset.batch_udf import BatchUDF
 from alance.dataset.commit import DEFAULT_MAX_RETRIES
 from alance.dataset.inputs import record_batch_stream
 from alance.dataset.read import ReadContext
 from alance.dataset.scan import SYSTEM_COLUMNS, as_schema
 from alance.dataset.snapshot import Snapshot
 from alance.dataset.write import delete_fragment_files, file_version_of
-from alance.errors import InvalidInputError, SchemaMismatchError
+from alance.errors import InvalidInputError, RowCountMismatchError, SchemaMismatchError
 from alance.filter import compile_expression
 from alance.format.feature_flags import check_writer_flags
 from alance.format.schema import LanceField, LanceSchema, with_extension_type
@@ -112,6 +113,12 @@ def _sql_mapper(snapshot: Snapshot, exprs: Mapping[str, str],
     return mapper, out, read_names
 
 
+async def _null_constants(mapper: Mapper) -> bool:
+    """Whether expressions that read no column all evaluate to null."""
+    one = await mapper(pa.RecordBatch.from_pydict({"row": [None]}).select([]))
+    return all(column.null_count == len(column) for column in one.columns) if len(one) else False
+
+
 def _evaluate_no_columns(compiled: Mapping[str, pc.Expression], rows: int) -> pa.Table:
     """Expressions that read no column (constants, ``random()``...) over ``rows`` rows."""
     table = pa.table({"__alance_rows": pa.nulls(rows, pa.int8())})
@@ -136,8 +143,9 @@ class _InOrder:
         while self.pending.num_rows < need:
             more = await anext(self.batches, None)
             if more is None:
-                raise InvalidInputError("the new column values end before the dataset's rows "
-                                        "do")
+                raise RowCountMismatchError(
+                    "Stream ended before producing values for all rows in dataset (the new "
+                    "column values end before the dataset's rows do)")
             self.pending = pa.concat_tables([self.pending, pa.Table.from_batches([more])])
         out, self.pending = self.pending.slice(0, need), self.pending.slice(need)
         return out
@@ -149,8 +157,9 @@ class _InOrder:
             if extra:
                 break
         if extra:
-            raise InvalidInputError("more new column values were given than the dataset has "
-                                    "rows")
+            raise RowCountMismatchError(
+                "Stream produced more values than expected for dataset (more new column "
+                "values were given than the dataset has rows)")
 
 
 class _Probed:
@@ -197,7 +206,8 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
                       batch_size: int | None = None, *,
                       concurrency: int = DEFAULT_CONCURRENCY,
                       progress: ProgressCallback | None = None,
-                      max_retries: int = DEFAULT_MAX_RETRIES) -> Snapshot:
+                      max_retries: int = DEFAULT_MAX_RETRIES,
+                      reader_schema: pa.Schema | None = None) -> Snapshot:
     """Add columns computed for every row; commits a Merge and returns the new version.
 
     ``transforms``: a mapping ``name -> SQL expression``; a function (sync or async) taking a
@@ -206,9 +216,11 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
     ``output_schema`` attribute fixes their types, else the first batch decides); values in
     row order (live rows, dataset order), streamed from a ``pa.Table``, ``RecordBatchReader``,
     dataset, DataFrame, iterable of batches... (see :mod:`alance.dataset.inputs`); or a
-    ``pa.Field``/``pa.Schema``/list of fields for all-null columns.
+    ``pa.Field``/``pa.Schema``/list of fields for all-null columns. ``reader_schema``: the
+    schema of an iterable of batches given as values (pylance's argument).
     """
     check_writer_flags(snapshot.manifest.writer_feature_flags)
+    transforms = _with_reader_schema(transforms, reader_schema)
     ctx = ReadContext(store, snapshot)
     schema = snapshot.schema
     planned = await plan_columns(ctx, transforms, read_columns, batch_size,
@@ -228,7 +240,21 @@ async def add_columns(store: DatasetStore, handler: CommitHandler, snapshot: Sna
                                                 zip(snapshot.fragments, fragments, strict=True)])
             raise
     merged = LanceSchema(copy.deepcopy(schema.fields) + new_fields.fields, dict(schema.metadata))
-    return await commit_merge(store, handler, snapshot, fragments, merged, max_retries)
+    new = await commit_merge(store, handler, snapshot, fragments, merged, max_retries)
+    finished = getattr(transforms, "finished", None)
+    if isinstance(transforms, BatchUDF) and finished is not None:
+        await asyncio.to_thread(finished)  # its checkpoint is no longer needed
+    return new
+
+
+def _with_reader_schema(transforms: Any, reader_schema: pa.Schema | None) -> Any:
+    """An iterable of batches given with ``reader_schema`` as a RecordBatchReader."""
+    if reader_schema is None or isinstance(transforms, Mapping | pa.Schema | pa.Field) or (
+            callable(transforms) and not isinstance(transforms, Iterator)):
+        return transforms
+    if isinstance(transforms, pa.RecordBatchReader | pa.Table | pa.RecordBatch):
+        return transforms
+    return pa.RecordBatchReader.from_batches(reader_schema, iter(transforms))
 
 
 async def plan_columns(ctx: ReadContext, transforms: Any, read_columns: Sequence[str] | None,
@@ -268,6 +294,11 @@ async def plan_columns(ctx: ReadContext, transforms: Any, read_columns: Sequence
             raise InvalidInputError("no columns to add")
         _check_new_names(schema, list(transforms))
         mapper, out_arrow, read_names = _sql_mapper(snapshot, transforms)
+        if (not read_names and file_version_of(snapshot.data_storage_version) is not None
+                and await _null_constants(mapper)):
+            # e.g. CAST(NULL AS INT): 2.x readers take fields no file holds as nulls, so
+            # only the schema changes (as pylance does).
+            return _new_fields(snapshot, out_arrow)
         new_fields = _new_fields(snapshot, out_arrow)
     elif callable(transforms):
         names = list(read_columns) if read_columns is not None else schema.names
@@ -275,6 +306,8 @@ async def plan_columns(ctx: ReadContext, transforms: Any, read_columns: Sequence
         read_fields = [schema.field(n) for n in names if n not in SYSTEM_COLUMNS]
         probed = _Probed(_typed_for_user(as_mapper(transforms), read_fields))
         mapper = probed
+        if isinstance(transforms, BatchUDF) and transforms.checkpoint_file is not None:
+            concurrency_used = 1  # batches done in order, so a rerun resumes where it failed
         declared = getattr(transforms, "output_schema", None)
         if declared is None:
             declared = await _probe_schema(ctx, read_fields, system_columns_in(names), probed,

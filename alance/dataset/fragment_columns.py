@@ -85,6 +85,10 @@ async def merge_fragment_columns(ctx: ReadContext, fragment: table_pb2.DataFragm
                                  ) -> tuple[table_pb2.DataFragment, LanceSchema]:
     """Add computed columns to ``fragment`` (``value_func`` as ``add_columns`` takes it): the
     fragment with one more data file, and the dataset schema with the new columns."""
+    if getattr(value_func, "checkpoint_file", None) is not None:
+        raise InvalidInputError("A checkpoint file cannot be used with merge_columns (a "
+                                "fragment's columns are computed in one go): use "
+                                "add_columns, or a batch_udf without checkpoint_file")
     planned = await plan_columns(ctx, value_func, columns, batch_size)
     base = ctx.snapshot.schema
     if isinstance(planned, LanceSchema):  # all-null columns: nothing to write

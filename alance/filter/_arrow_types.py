@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from alance.errors import InvalidInputError
 
-__all__ = ["arrow_type_named"]
+__all__ = ["arrow_type_name", "arrow_type_named"]
 
 _SIMPLE = {
     "Null": pa.null(), "Boolean": pa.bool_(),
@@ -27,6 +27,15 @@ _PARAMETERISED = frozenset({"List", "LargeList", "FixedSizeList", "FixedSizeBina
 _UNITS = {"Second": "s", "Millisecond": "ms", "Microsecond": "us", "Nanosecond": "ns"}
 _TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>-?\d+)|"
                     r"(?P<str>\"[^\"]*\")|(?P<punct>[(),]))")
+
+
+def arrow_type_name(dtype: pa.DataType) -> str:
+    """The name Arrow (and pylance's messages) give ``dtype`` (``Int32``, ``Utf8``...; other
+    types by pyarrow's name)."""
+    for name, simple in _SIMPLE.items():
+        if dtype == simple:
+            return name
+    return str(dtype)
 
 
 def arrow_type_named(text: str) -> pa.DataType:
