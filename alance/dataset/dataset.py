@@ -662,7 +662,7 @@ async def _version_asof(dataset: LanceDataset, asof: dt.datetime | str) -> int:
 
 
 async def write_dataset(
-    data: Any,
+    data_obj: Any,
     uri: str | os.PathLike[str] | LanceDataset,
     schema: pa.Schema | None = None,
     mode: WriteMode = "create",
@@ -693,7 +693,7 @@ async def write_dataset(
     this write creates the dataset, every ``n``-th commit afterwards removes versions older
     than ``s`` seconds (stored in the dataset's config, so pylance's commits do it too).
 
-    ``data``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pyarrow or Lance
+    ``data_obj``: a ``pa.Table``, ``RecordBatch``, ``RecordBatchReader``, pyarrow or Lance
     dataset, dict of columns, list of rows, pandas or polars DataFrame, or a sync or async
     iterable of record batches (readers, datasets and iterables are streamed: memory stays
     bounded by one file's buffers); see :mod:`alance.dataset.inputs`. ``schema``: cast the
@@ -713,6 +713,7 @@ async def write_dataset(
     """
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
+    data = data_obj
     params = WriteParams(max_rows_per_file, max_rows_per_group, max_bytes_per_file)
     store, handler = _destination(uri, storage_options, commit_handler)  # uri: or a dataset
     try:
