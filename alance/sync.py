@@ -171,6 +171,19 @@ class LanceDataset:
         """The extra roots this version's files may live under, by id."""
         return self._async.base_paths()
 
+    def add_bases(self, new_bases: Sequence[DatasetBasePath],
+                  transaction_properties: Mapping[str, str] | None = None) -> LanceDataset:
+        """Blocking :meth:`alance.LanceDataset.add_bases` (moves to the new version; returns
+        this object)."""
+        return self._moved_to(_loop.run(self._async.add_bases(new_bases,
+                                                              transaction_properties)))
+
+    @property
+    def _ds(self) -> LanceDataset:
+        """pylance code reaches its native dataset as ``ds._ds`` (``ds._ds.base_paths()``);
+        here that is the dataset itself."""
+        return self
+
     @property
     def manifest(self) -> table_pb2.Manifest:
         """The raw manifest message of this version."""

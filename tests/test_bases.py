@@ -69,7 +69,7 @@ def test_bad_base_arguments_write_nothing(tmp_path: Path) -> None:
         al.write_dataset(rows(0, 3), uri, initial_bases=[base, base])
     assert not os.path.exists(uri) and not os.path.exists(tmp_path / "b")
     ds = al.write_dataset(rows(0, 3), uri, initial_bases=[base])
-    with pytest.raises(InvalidInputError, match="only a create registers bases"):
+    with pytest.raises(InvalidInputError, match="Cannot register new bases in Append mode"):
         al.write_dataset(rows(3, 3), ds, mode="append",
                          initial_bases=[al.DatasetBasePath(str(tmp_path / "c"))])
     assert ds.version == 1 and al.open_dataset(uri).count_rows() == 3
@@ -102,3 +102,27 @@ def test_bases_on_object_store(moto_target: S3Target, tmp_path: Path) -> None:
     ds.delete("id < 5")
     assert ds.count_rows() == 45
     assert lance.dataset(primary, storage_options=options).count_rows() == 45
+
+
+def test_add_bases_registers_roots_for_later_writes(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = al.write_dataset(rows(0, 10), uri)
+    assert ds.add_bases([]) is ds and ds.version == 1
+    ds.add_bases([al.DatasetBasePath(str(tmp_path / "b1"), name="b1")],
+                 transaction_properties={"why": "more room"})
+    assert ds.version == 2 and ds.base_paths()[1].name == "b1"
+    ds = al.write_dataset(rows(10, 10), ds, mode="append", target_bases=["b1"])
+    ds.add_bases([al.DatasetBasePath(str(tmp_path / "b2"), name="b2", is_dataset_root=True)])
+    ds = al.write_dataset(rows(20, 10), ds, mode="append", target_bases=["b2"])
+    assert {i: b.name for i, b in ds.base_paths().items()} == {1: "b1", 2: "b2"}
+    assert len(files_under(tmp_path / "b1")) == 1 and len(files_under(tmp_path / "b2")) == 1
+    assert lance.dataset(uri).to_table().sort_by("id").equals(rows(0, 30))
+    with pytest.raises(InvalidInputError, match="already exists"):
+        ds.add_bases([al.DatasetBasePath(str(tmp_path / "b3"), name="b1")])
+    with pytest.raises(InvalidInputError, match="already registered"):
+        ds.add_bases([al.DatasetBasePath(str(tmp_path / "b1"), name="other")])
+    assert ds.version == 5
+    # Bases pylance adds are read, and written to, by alance.
+    lance.dataset(uri).add_bases([lance.DatasetBasePath(str(tmp_path / "p"), name="p")])
+    ours = al.write_dataset(rows(30, 5), uri, mode="append", target_bases=["p"])
+    assert ours.count_rows() == 35 and len(files_under(tmp_path / "p")) == 1

@@ -82,7 +82,7 @@ from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
-from alance.transaction.operations import new_append, new_overwrite
+from alance.transaction.operations import new_append, new_overwrite, new_update_bases
 
 if TYPE_CHECKING:
     from alance.dataset.fragment import LanceFragment
@@ -513,6 +513,25 @@ class LanceDataset:
         """The schema metadata of this version (values as text)."""
         return schema_metadata_of(self._snapshot)
 
+    async def add_bases(self, new_bases: Sequence[DatasetBasePath],
+                        transaction_properties: Mapping[str, str] | None = None,
+                        ) -> LanceDataset:
+        """Register more base paths (roots data files may be written to with
+        ``target_bases``); returns the new version (this one if ``new_bases`` is empty). A
+        name or path already registered is an :class:`~alance.errors.InvalidInputError`."""
+        bases = list(new_bases)
+        if not bases:
+            return self
+        for base in bases:
+            if not isinstance(base, DatasetBasePath):
+                raise InvalidInputError(f"add_bases takes DatasetBasePath objects, not "
+                                        f"{type(base).__name__}")
+        txn = new_update_bases(self.version, [b.to_proto(b.id or 0) for b in bases])
+        txn.transaction_properties.update(transaction_properties or {})
+        snap = await commit_transaction(self._store, self._handler, self._snapshot, txn,
+                                        data_storage_version=self.data_storage_version)
+        return LanceDataset(self._store, self._handler, snap)
+
     async def _commit_maps(self, **changes: Any) -> LanceDataset:
         snap = await commit_metadata_update(self._store, self._handler, self._snapshot,
                                             **changes)
@@ -730,8 +749,8 @@ async def write_dataset(
         raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
                                  "or mode='overwrite'")
     if initial_bases and mode != "create":
-        raise InvalidInputError(f"cannot register new bases in {mode} mode; only a create "
-                                "registers bases")
+        raise InvalidInputError(f"Cannot register new bases in {mode.capitalize()} mode. Only "
+                                "CREATE mode can register new bases (or add_bases)")
     known_bases = list(base.manifest.base_paths) if base is not None else []
     new_bases = registered(initial_bases or (), known_bases)
     options = store.reopen_args[1] if store.reopen_args else None

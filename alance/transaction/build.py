@@ -41,6 +41,7 @@ TOMBSTONE = -2
 BUILDABLE = frozenset({
     "append", "delete", "overwrite", "create_index", "rewrite", "merge", "restore",
     "reserve_fragments", "update", "project", "update_config", "data_replacement",
+    "update_bases",
 })
 
 
@@ -309,6 +310,8 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
             manifest.base_paths.append(new_base)
     elif op == "update_config":
         _apply_config(manifest, txn)
+    elif op == "update_bases":
+        _add_bases(manifest, txn.update_bases.new_bases)
     elif op == "reserve_fragments":
         current = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else 0
         manifest.max_fragment_id = current + txn.reserve_fragments.num_fragments
@@ -320,6 +323,28 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     section = table_pb2.IndexSection(indices=indices) if indices else None
     return ManifestFile(manifest=manifest, index_section=section, transaction=txn,
                         prelude=prelude or b"")
+
+
+def _add_bases(manifest: table_pb2.Manifest, bases: Iterable[table_pb2.BasePath]) -> None:
+    """Register ``bases`` (an id of 0: the next free one); a name or path already
+    registered is an :class:`InvalidInputError`."""
+    taken = {int(b.id) for b in manifest.base_paths}
+    names = {b.name for b in manifest.base_paths if b.HasField("name")}
+    paths = {b.path for b in manifest.base_paths}
+    for base in bases:
+        if base.HasField("name") and base.name in names:
+            raise InvalidInputError(f"a base path named {base.name!r} already exists")
+        if base.path in paths:
+            raise InvalidInputError(f"base path {base.path!r} is already registered")
+        new = table_pb2.BasePath()
+        new.CopyFrom(base)
+        if not new.id or new.id in taken:
+            new.id = max(taken, default=0) + 1
+        taken.add(int(new.id))
+        paths.add(new.path)
+        if new.HasField("name"):
+            names.add(new.name)
+        manifest.base_paths.append(new)
 
 
 def _copy_index(index: table_pb2.IndexMetadata) -> table_pb2.IndexMetadata:

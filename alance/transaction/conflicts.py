@@ -72,6 +72,8 @@ _ALWAYS_OK: dict[str, frozenset[str]] = {
     "project": frozenset(KNOWN_OPERATIONS - {"merge", "project", "overwrite", "restore",
                                              "update_mem_wal_state"}),
     "update_config": frozenset(KNOWN_OPERATIONS - {"overwrite", "update_config"}),
+    # New bases are (re)numbered and checked for clashes when the manifest is built.
+    "update_bases": frozenset(KNOWN_OPERATIONS - {"overwrite", "restore"}),
 }
 _INCOMPATIBLE: dict[str, frozenset[str]] = {
     "append": frozenset({"overwrite", "restore", "update_mem_wal_state"}),

@@ -136,6 +136,15 @@ def new_reserve_fragments(read_version: int, num_fragments: int) -> Transaction:
     return txn
 
 
+def new_update_bases(read_version: int,
+                     bases: Iterable[table_pb2.BasePath]) -> Transaction:
+    """Register more base paths (ids 0 are assigned when the manifest is built)."""
+    txn = _new(read_version)
+    txn.update_bases.SetInParent()
+    txn.update_bases.new_bases.extend(bases)
+    return txn
+
+
 MapChanges = Mapping[str, str | None]
 
 
