@@ -283,7 +283,9 @@ class LanceDataset:
 
         ``options``: pylance's other scanner arguments by keyword (``batch_readahead``,
         ``use_stats``, ``strict_batch_size``, tuning hints; see
-        :mod:`alance.dataset.scan_options`)."""
+        :mod:`alance.dataset.scan_options`); ``nearest={"column", "q", "k", "metric"}`` (with
+        ``prefilter``) returns the rows nearest to a vector (see
+        :mod:`alance.dataset.vector_search`)."""
         if self._scan_defaults:
             given = {"columns": columns, "filter": filter, "limit": limit, "offset": offset,
                      "batch_size": batch_size, "fragments": fragments}
@@ -298,6 +300,14 @@ class LanceDataset:
             with_row_id = with_row_id or bool(merged.pop("with_row_id", False))
             with_row_address = with_row_address or bool(merged.pop("with_row_address", False))
             options = {**merged, **options}
+        nearest = options.pop("nearest", None)
+        if nearest is not None:
+            from alance.dataset.vector_search import NearestScanner
+            prefilter = bool(options.pop("prefilter", False))
+            autoprojection_off = bool(options.pop("disable_scoring_autoprojection", False))
+            return NearestScanner(  # type: ignore[return-value]
+                self, nearest, columns, filter, limit, offset, batch_size, with_row_id,
+                with_row_address, fragments, prefilter, autoprojection_off, options)
         return Scanner(self._ctx, columns=columns, filter=filter, limit=limit, offset=offset,
                        batch_size=batch_size, with_row_id=with_row_id,
                        with_row_address=with_row_address, fragments=fragments,

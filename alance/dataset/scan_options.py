@@ -21,7 +21,7 @@ TUNING = frozenset({"fragment_readahead", "io_buffer_size", "batch_size_bytes",
                     "late_materialization", "prefilter", "fast_search", "use_scalar_index",
                     "scan_in_order", "disable_scoring_autoprojection", "index_segments"})
 #: Features whose results alance cannot give yet.
-UNSUPPORTED = frozenset({"nearest", "full_text_query", "order_by", "scan_stats_callback",
+UNSUPPORTED = frozenset({"full_text_query", "order_by", "scan_stats_callback",
                          "row_addr_allowlist", "row_addr_blocklist"})
 
 

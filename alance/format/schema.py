@@ -9,6 +9,7 @@ between that representation, our in-memory tree (:class:`LanceSchema` / :class:`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -244,6 +245,26 @@ def text_metadata(raw: Mapping[bytes, bytes] | None, where: str) -> dict[str, by
     return out
 
 
+def extension_metadata(dtype: pa.BaseExtensionType) -> bytes:
+    """The serialized parameters of an extension type (``ARROW:extension:metadata``), also
+    for pyarrow's built-in ones that do not expose ``__arrow_ext_serialize__``."""
+    serialize = getattr(dtype, "__arrow_ext_serialize__", None)
+    if serialize is not None:
+        return bytes(serialize())
+    if isinstance(dtype, pa.FixedShapeTensorType):
+        params: dict[str, Any] = {"shape": list(dtype.shape)}
+        if dtype.dim_names:
+            params["dim_names"] = list(dtype.dim_names)
+        if dtype.permutation:
+            params["permutation"] = list(dtype.permutation)
+        return json.dumps(params, separators=(",", ":")).encode()
+    opaque = getattr(pa, "OpaqueType", None)
+    if opaque is not None and isinstance(dtype, opaque):
+        return json.dumps({"type_name": dtype.type_name, "vendor_name": dtype.vendor_name},
+                          separators=(",", ":")).encode()
+    return b""
+
+
 @dataclass
 class LanceField:
     """One field of a Lance schema with its nested children."""
@@ -309,8 +330,7 @@ class LanceSchema:
             if isinstance(dtype, pa.BaseExtensionType):
                 ext_name = dtype.extension_name
                 meta.setdefault(EXT_NAME_KEY, ext_name.encode())
-                serialize = getattr(dtype, "__arrow_ext_serialize__", None)
-                meta.setdefault(EXT_META_KEY, serialize() if serialize is not None else b"")
+                meta.setdefault(EXT_META_KEY, extension_metadata(dtype))
                 dtype = dtype.storage_type
             logical = logical_type_of(dtype)
             if meta.get(EXT_NAME_KEY) in (b"arrow.json", b"lance.json"):
