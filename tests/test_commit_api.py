@@ -127,9 +127,9 @@ async def test_async_commit(local_uri: str) -> None:
     ds = await alance.LanceDataset.commit(local_uri, alance.LanceOperation.Append(more),
                                           ds.version)
     assert ds.version == 3 and [await f.count_rows() for f in ds.get_fragments()] == [3, 1, 1]
-    with pytest.raises(UnsupportedFeatureError):
-        await manual_commit.commit(local_uri, al.LanceOperation.Append(frags), 1,
-                                   detached=True)
+    detached = await manual_commit.commit(local_uri, al.LanceOperation.Append(frags), 1,
+                                          detached=True)
+    assert detached.version >= 1 << 63 and (await alance.open_dataset(local_uri)).version == 3
 
 
 def test_fragment_merge_columns_and_batch_result_keys(local_uri: str) -> None:
@@ -175,3 +175,23 @@ def test_merge_insert_execute_uncommitted(local_uri: str) -> None:
     al.LanceDataset.commit(local_uri, txn)
     assert lance.dataset(local_uri).to_table().sort_by("id").to_pydict() == {
         "id": [0, 1, 2, 3, 9], "v": [0, 5, 0, 0, 6]}
+
+
+def test_detached_commits_stay_outside_the_history(local_uri: str) -> None:
+    ds = al.write_dataset(_ids(0, 1), local_uri)
+    frag = al.LanceFragment.create(local_uri, _ids(1, 2))
+    detached = al.LanceDataset.commit(local_uri, al.LanceOperation.Append([frag]),
+                                      read_version=ds.version, detached=True)
+    assert detached.version & (1 << 63)
+    assert detached.to_table()["id"].to_pylist() == [0, 1]
+    assert al.dataset(local_uri).to_table()["id"].to_pylist() == [0]  # the latest is unmoved
+    ds = al.write_dataset(_ids(2, 3), local_uri, mode="append")
+    again = ds.checkout_version(detached.version)
+    assert again.to_table()["id"].to_pylist() == [0, 1]
+    frag = al.LanceFragment.create(local_uri, _ids(3, 4))
+    chained = al.LanceDataset.commit(local_uri, al.LanceOperation.Append([frag]),
+                                     read_version=detached.version, detached=True)
+    assert chained.to_table()["id"].to_pylist() == [0, 1, 3]
+    assert [v["version"] for v in ds.versions()] == [1, 2]
+    assert lance.dataset(local_uri, version=chained.version).to_table().equals(
+        chained.to_table())

@@ -10,10 +10,13 @@ are rebased over when compatible, otherwise a typed
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from alance._proto import transaction_pb2
+from alance.commit.handler import ManifestLocation, manifest_path
 from alance.commit.lock import LockCommitHandler
 from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
 from alance.dataset.dataset import LanceDataset, _destination
@@ -25,8 +28,23 @@ from alance.dataset.lance_operation import (
     to_wire,
 )
 from alance.dataset.snapshot import Snapshot, load_snapshot
-from alance.errors import DatasetNotFoundError, InvalidInputError, UnsupportedFeatureError
-from alance.format.manifest import ManifestNamingScheme
+from alance.errors import (
+    AlreadyExistsError,
+    CommitConflictError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
+from alance.format.manifest import (
+    DETACHED_VERSION_MASK,
+    TRANSACTIONS_DIR,
+    ManifestNamingScheme,
+    encode_manifest_file,
+    encode_transaction_file,
+    transaction_file_name,
+)
+from alance.io.store import DatasetStore
+from alance.transaction.build import build_manifest
 
 __all__ = ["BulkCommitResult", "commit", "commit_batch"]
 
@@ -55,8 +73,6 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
     ``commit_lock``: a callable ``version -> context manager`` held while committing.
     Returns the new version.
     """
-    if detached:
-        raise UnsupportedFeatureError("detached commits are not supported")
     unknown = {k for k, v in kwargs.items() if v is not None and k != "commit_timeout"}
     if unknown:
         raise UnsupportedFeatureError(f"commit options not supported: {sorted(unknown)}")
@@ -89,6 +105,10 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
                   base.schema if base is not None else None,
                   manifest_max_field_id(base.manifest) if base is not None else -1,
                   uuid=uuid, properties=properties)
+    if detached:
+        if base is None:
+            raise InvalidInputError("a detached commit needs an existing dataset to start from")
+        return LanceDataset(store, handler, await commit_detached(store, base, txn))
     scheme = (ManifestNamingScheme.V1 if enable_v2_manifest_paths is False
               else ManifestNamingScheme.V2)
     snap = await commit_transaction(
@@ -137,3 +157,25 @@ async def commit_batch(dest: Any, transactions: Sequence[Transaction],
     dataset = await commit(dest, merged, None, commit_lock, storage_options,
                            enable_v2_manifest_paths, detached, max_retries, **kwargs)
     return BulkCommitResult(dataset, merged)
+
+
+async def commit_detached(store: DatasetStore, base: Snapshot,
+                          txn: transaction_pb2.Transaction) -> Snapshot:
+    """Commit ``txn`` on ``base`` as a detached version: a random version number with the
+    high bit set, its manifest at ``_versions/d{version}.manifest``, outside the history
+    (the latest version does not change; ``checkout_version`` reaches it)."""
+    name = transaction_file_name(txn.read_version, txn.uuid)
+    await store.put(f"{TRANSACTIONS_DIR}/{name}", encode_transaction_file(txn))
+    mf = build_manifest(base.manifest_file, txn, transaction_file=name,
+                        data_storage_version=base.data_storage_version)
+    scheme = ManifestNamingScheme.V2
+    for _ in range(8):  # a clash of 63 random bits is all but impossible; try again if so
+        version = secrets.randbits(63) | DETACHED_VERSION_MASK
+        mf.manifest.version = version
+        path = manifest_path(version, scheme)
+        try:
+            await store.put_if_absent(path, encode_manifest_file(mf))
+        except AlreadyExistsError:
+            continue
+        return Snapshot(ManifestLocation(version, path, scheme), mf)
+    raise CommitConflictError("no free detached version number was found")

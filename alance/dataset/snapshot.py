@@ -8,9 +8,15 @@ from functools import cached_property
 from typing import Any
 
 from alance._proto import table_pb2
-from alance.commit.handler import CommitHandler, ManifestLocation
+from alance.commit.handler import CommitHandler, ManifestLocation, manifest_path
 from alance.format.feature_flags import check_reader_flags
-from alance.format.manifest import ManifestFile, decode_manifest_file, encode_manifest_file
+from alance.format.manifest import (
+    ManifestFile,
+    ManifestNamingScheme,
+    decode_manifest_file,
+    encode_manifest_file,
+    is_detached_version,
+)
 from alance.format.schema import LanceSchema
 from alance.format.validate import validate_manifest
 from alance.io.store import DatasetStore
@@ -72,6 +78,9 @@ async def load_snapshot(store: DatasetStore, handler: CommitHandler,
     """
     if version is None:
         location = await handler.latest(store)
+    elif is_detached_version(version):  # outside the history: its file, not the handler's
+        scheme = ManifestNamingScheme.V2
+        location = ManifestLocation(version, manifest_path(version, scheme), scheme)
     else:
         location = await handler.resolve(store, version)
     return await load_snapshot_at(store, location)

@@ -242,8 +242,11 @@ def _check_version(version: int) -> None:
 
 
 def manifest_file_name(version: int, scheme: ManifestNamingScheme) -> str:
-    """File name (no directory) of the manifest of ``version`` under ``scheme``."""
+    """File name (no directory) of the manifest of ``version`` under ``scheme`` (a detached
+    version: ``d{version}.manifest`` under either scheme, as Lance names them)."""
     _check_version(version)
+    if is_detached_version(version):
+        return f"{DETACHED_PREFIX}{version}{MANIFEST_SUFFIX}"
     if scheme is ManifestNamingScheme.V2:
         return f"{U64_MAX - version:020d}{MANIFEST_SUFFIX}"
     return f"{version}{MANIFEST_SUFFIX}"
