@@ -44,7 +44,7 @@ def _find_path(fields: list[LanceField], path: str) -> tuple[list[LanceField], i
     for depth, part in enumerate(parts):
         idx = next((i for i, f in enumerate(siblings) if f.name == part), None)
         if idx is None:
-            raise InvalidInputError(f"column {path!r} does not exist in the dataset")
+            raise InvalidInputError(f'Column "{path}" does not exist in the dataset')
         if depth == len(parts) - 1:
             return siblings, idx
         parent = siblings[idx]
@@ -158,7 +158,11 @@ async def alter_columns(store: DatasetStore, handler: CommitHandler, snapshot: S
             raise InvalidInputError("each alteration is a dict with a 'path'")
         unknown = set(alteration) - _ALTER_KEYS
         if unknown:
-            raise InvalidInputError(f"unknown alteration keys {sorted(unknown)}")
+            raise InvalidInputError(f"Unknown key: {sorted(unknown)[0]} (an alteration takes "
+                                    f"{sorted(_ALTER_KEYS)})")
+        if not set(alteration) & {"name", "nullable", "data_type"}:
+            raise InvalidInputError("At least one of name, nullable, or data_type must be "
+                                    f"specified for column {alteration['path']!r}")
         path = alteration["path"]
         siblings, idx = _find_path(schema.fields, path)
         field = siblings[idx]
