@@ -312,6 +312,10 @@ async def plan_columns(ctx: ReadContext, transforms: Any, read_columns: Sequence
         if declared is None:
             declared = await _probe_schema(ctx, read_fields, system_columns_in(names), probed,
                                            batch_size)
+            if isinstance(transforms, BatchUDF):
+                # As pylance: a batch UDF's schema comes from a call of its own, and every
+                # batch (the first one again) is then computed and checked against it.
+                probed.saved = None
         new_fields = _new_fields(snapshot, declared)
     else:  # values in row order: a table, reader, dataset, DataFrame, batches...
         in_order = await _InOrder.of(transforms)
