@@ -321,6 +321,10 @@ class LanceDataset:
         """Rows by position in the dataset, in the order given."""
         return _loop.run(self._async.take(indices, columns))
 
+    def sql(self, query: str) -> SqlQueryBuilder:
+        """A SQL query over this version, run by DuckDB (see :mod:`alance.dataset.sql`)."""
+        return SqlQueryBuilder(self._async.sql(query))
+
     def validate(self) -> None:
         """Blocking :meth:`alance.LanceDataset.validate`."""
         _loop.run(self._async.validate())
@@ -1038,3 +1042,34 @@ __all__ += ["Compaction", "CompactionPlan", "CompactionTask", "RewriteResult"]
 from alance.dataset.batch_udf import BatchUDF, batch_udf  # noqa: E402
 
 __all__ += ["BatchUDF", "batch_udf"]
+
+
+class SqlQuery:
+    """Blocking twin of :class:`alance.dataset.sql.SqlQuery`."""
+
+    def __init__(self, query: Any) -> None:
+        self._async = query
+
+    def to_batch_records(self) -> list[pa.RecordBatch]:
+        """Every result batch."""
+        return _loop.run(self._async.to_batch_records())
+
+    def to_stream_reader(self) -> pa.RecordBatchReader:
+        """The results as a streaming reader."""
+        return self._async.to_stream_reader()
+
+
+class SqlQueryBuilder:
+    """Blocking twin of :class:`alance.dataset.sql.SqlQueryBuilder`."""
+
+    def __init__(self, builder: Any) -> None:
+        self._async = builder
+
+    def table_name(self, name: str) -> SqlQueryBuilder:
+        """The name the query uses for the dataset (default ``dataset``)."""
+        self._async.table_name(name)
+        return self
+
+    def build(self) -> SqlQuery:
+        """The query, ready to run."""
+        return SqlQuery(self._async.build())

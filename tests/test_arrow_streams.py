@@ -64,3 +64,18 @@ def test_stream_of_an_empty_result(tmp_path: Path, uri: str) -> None:
     empty = ds.scanner(filter="id < 0")
     assert duckdb.sql("select count(*) from empty").fetchall() == [(0,)]
     assert pa.RecordBatchReader.from_stream(empty).read_all().num_rows == 0
+
+
+def test_sql_over_a_dataset(tmp_path: Path) -> None:
+    """``ds.sql`` (pylance's API) runs on DuckDB over the dataset's rows, streamed."""
+    from alance import sync
+    from alance.errors import InvalidInputError
+    ds = sync.write_dataset(pa.table({"id": [1, 2, 3], "value": ["a", "b", "c"]}),
+                            str(tmp_path / "ds"), max_rows_per_file=2)
+    query = ds.sql("SELECT * FROM t WHERE id > 1 ORDER BY id").table_name("t").build()
+    assert pa.Table.from_batches(query.to_batch_records()).to_pydict() == {
+        "id": [2, 3], "value": ["b", "c"]}
+    reader = ds.sql("SELECT UPPER(value) AS v FROM dataset WHERE id = 1").build()
+    assert [b.to_pydict() for b in reader.to_stream_reader()] == [{"v": ["A"]}]
+    with pytest.raises(InvalidInputError, match="nope"):
+        ds.sql("SELECT nope FROM dataset").build().to_batch_records()

@@ -350,6 +350,12 @@ class LanceDataset:
         :mod:`alance.dataset.take_batch`); each gets exactly its own rows."""
         return await take_rows(self._ctx, indices, columns, self._takes)
 
+    def sql(self, query: str) -> Any:
+        """A SQL query over this version, run by DuckDB (see :mod:`alance.dataset.sql`):
+        ``ds.sql("SELECT ... FROM dataset").build()``."""
+        from alance.dataset.sql import SqlQueryBuilder
+        return SqlQueryBuilder(self, query)
+
     async def validate(self) -> None:
         """Check this version against its files: every data and deletion file is read and
         checked against the manifest (see :mod:`alance.dataset.validate`); raises
