@@ -463,3 +463,36 @@ def test_arrow_cast_names_arrow_types(tmp_path: Path) -> None:
     assert got.to_pydict() == {"id": [3], "vec": [None], "small": [3]}
     with pytest.raises(InvalidInputError, match="string literal"):
         ds.to_table(filter="arrow_cast(id, id) = 1")
+
+
+@pytest.mark.parametrize("fmt", ["2.1", "2.0"])
+def test_list_membership_regexp_and_current_date(tmp_path: Path, fmt: str) -> None:
+    """pylance's filter functions: array_has_any / array_has_all / array_contains,
+    regexp_match / regexp_like and current_date, with pylance's results."""
+    import datetime
+
+    import lance
+
+    from alance import sync
+    genres = [["action", "comedy"], ["anime", "drama"], ["adventure"], None, [], ["anime"]]
+    table = pa.table({
+        "genres": pa.array(genres * 50, pa.list_(pa.string())),
+        "s": [f"{w}{i}" for i in range(50) for w in ("aaa", "cab", "cba", "bbb", "xyz", "c")],
+        "d": pa.array([datetime.date(2020, 1, 1)] * 300, pa.date32()),
+    })
+    uri = str(tmp_path / "ds")
+    ds = sync.write_dataset(table, uri, max_rows_per_file=70, data_storage_version=fmt)
+    for sql in ["array_has_any(genres, ['anime', 'adventure'])",
+                "array_contains(genres, 'comedy')",
+                "array_has_all(genres, ['anime', 'drama'])",
+                "NOT array_has_any(genres, ['anime'])",
+                "regexp_match(s, '^c.+1')",
+                "regexp_like(s, 'b{3}')",
+                "d <= current_date() AND array_has(genres, 'anime')"]:
+        ours = ds.to_table(filter=sql)
+        assert ours.equals(lance.dataset(uri).to_table(filter=sql)), sql
+        assert ds.count_rows(sql) == ours.num_rows
+    with pytest.raises(InvalidInputError, match="list"):
+        ds.to_table(filter="array_has_any(s, ['a'])")
+    with pytest.raises(InvalidInputError, match="regular expression"):
+        ds.to_table(filter="regexp_match(s, '(')")

@@ -9,6 +9,7 @@ common ones, looked up by name).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from sqlglot import exp
 
 from alance.errors import InvalidInputError, no_such_column
 from alance.filter._arrow_types import arrow_type_named
+from alance.filter._list_functions import list_membership
 from alance.filter._sql import (
     ARITHMETIC,
     COMPARISONS,
@@ -454,7 +456,75 @@ class Compiler:
             return self._element(self.compile(args[0]), args[1])
         if name == "arrow_cast" and len(args) == 2:
             return self._arrow_cast(args[0], args[1])
+        if name in ("regexp_match", "regexp_like") and len(args) == 2:
+            return self._regexp(args[0], args[1])
+        if name in ("array_has_any", "array_has_all", "array_contains", "array_has",
+                    "list_has_any", "list_has_all", "list_contains", "list_has") and (
+                len(args) == 2):
+            return self._membership(name, args[0], args[1])
         raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
+
+    def on_arraycontains(self, node: exp.ArrayContains, resolve: bool) -> Node:
+        """``array_contains(list, value)`` / ``array_has(list, value)``."""
+        return self._membership("array_contains", node.this, node.expression)
+
+    def on_arraycontainsall(self, node: exp.ArrayContainsAll, resolve: bool) -> Node:
+        """``array_has_all(list, [...])``."""
+        return self._membership("array_has_all", node.this, node.expression)
+
+    def on_regexplike(self, node: exp.RegexpLike, resolve: bool) -> Node:
+        """``regexp_like(text, 'pattern')``."""
+        return self._regexp(node.this, node.expression)
+
+    def on_currentdate(self, node: exp.CurrentDate, resolve: bool) -> Node:
+        """``current_date`` / ``current_date()``: today (UTC), as a date."""
+        today = pa.scalar(dt.datetime.now(dt.UTC).date(), pa.date32())
+        return Node(pc.scalar(today), pa.date32(), today.as_py())
+
+    def _regexp(self, value: exp.Expression, pattern: exp.Expression) -> Node:
+        """``regexp_match(text, 'pattern')``: whether the pattern matches (anywhere)."""
+        text = self.compile(value)
+        pat = unparen(pattern)
+        if not (isinstance(pat, exp.Literal) and pat.is_string):
+            raise InvalidInputError("regexp_match needs the pattern as a string literal")
+        if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+            raise InvalidInputError(f"regexp_match needs text, not {text.type}")
+        try:
+            re.compile(str(pat.this))
+        except re.error as exc:
+            raise InvalidInputError(f"invalid regular expression {pat.this!r}: {exc}") from exc
+        return Node(pc.match_substring_regex(plain(text), str(pat.this)), pa.bool_())
+
+    def _membership(self, name: str, lists: exp.Expression, values: exp.Expression) -> Node:
+        """``array_has_any(list, [...])``, ``array_has_all(list, [...])``,
+        ``array_contains(list, value)``."""
+        base = self.compile(lists)
+        if not (pa.types.is_list(base.type) or pa.types.is_large_list(base.type)
+                or pa.types.is_fixed_size_list(base.type)):
+            raise InvalidInputError(f"{name} needs a list, not {base.type}")
+        given = unparen(values)
+        if name.endswith(("contains", "has")):
+            if not is_sql_literal(given):
+                raise InvalidInputError(f"{name} needs a literal value")
+            items = [self.literal(given).literal]
+            kind = "any"
+        else:
+            if not isinstance(given, exp.Array) or not all(
+                    is_sql_literal(unparen(i)) for i in given.expressions):
+                raise InvalidInputError(f"{name} needs a list of literal values ([...])")
+            items = [self.literal(i).literal for i in given.expressions]
+            kind = "any" if name.endswith("any") else "all"
+        try:
+            scalar = pa.scalar(items, pa.list_(base.type.value_type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"{name}: the values do not fit {base.type}: {exc}") \
+                from exc
+        try:
+            expr = list_membership(kind, base.expr, base.type, scalar)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidInputError(f"{name}: the values do not fit {base.type}: {exc}") \
+                from exc
+        return Node(expr, pa.bool_())
 
     def on_array(self, node: exp.Array, resolve: bool) -> Node:
         """A list literal, ``[1, 2]`` or ``ARRAY[1, 2]`` (its items must be literals)."""
