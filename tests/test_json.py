@@ -77,6 +77,11 @@ def test_pylance_json_reads_like_pylance(tmp_path: Path, docs: list[str | None],
     ours, theirs = al.open_dataset(uri), lance.dataset(uri)
     got, want = ours.to_table(), theirs.to_table()
     assert got.schema.equals(want.schema, check_metadata=True)
+    # The dataset's schema shows JSON columns as scans return them, as pylance's does, and
+    # appending rows cast to it stores them as JSONB again.
+    assert ours.schema.equals(theirs.schema) and ours.schema.equals(got.schema)
+    al.write_dataset(got.slice(0, 3).cast(ours.schema), uri, mode="append")
+    assert lance.dataset(uri).to_table().slice(len(docs)).equals(want.slice(0, 3))
     assert got.equals(want)
     assert got.schema.field("j").type == pa.json_()
     assert ours.take([5, 400, 2]).equals(theirs.take([5, 400, 2]))

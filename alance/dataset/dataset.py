@@ -45,7 +45,7 @@ from alance.dataset.dml import (
     retry_seconds,
 )
 from alance.dataset.inputs import appended_layout, record_batch_stream, regroup
-from alance.dataset.json_columns import as_jsonb
+from alance.dataset.json_columns import as_jsonb, text_view
 from alance.dataset.merge_insert import MergeInsertBuilder
 from alance.dataset.read import ReadContext
 from alance.dataset.restore import restore_version
@@ -151,7 +151,8 @@ class LanceDataset:
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version (with ``_rowid`` / ``_rowaddr`` when the default
         scan options ask for them, as scans then return them)."""
-        schema = self._snapshot.schema.to_arrow_with_extensions()
+        # JSON columns as scans return them (arrow.json text), as pylance shows them.
+        schema = text_view(self._snapshot.schema).to_arrow_with_extensions()
         if self._scan_defaults.get("with_row_id"):
             schema = schema.append(pa.field(ROW_ID, pa.uint64()))
         if self._scan_defaults.get("with_row_address"):
