@@ -142,12 +142,13 @@ class PermissionDeniedError(StoreError, PermissionError):
 
 def no_such_column(name: str, names: list[str]) -> InvalidInputError:
     """The error for a column name that does not exist, suggesting the closest names (in
-    pylance's words: ``No field named 'x'. Did you mean 'y'?``)."""
+    pylance's words: ``No field named x. Did you mean 'y'?``)."""
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     if not close:
         close = [n for n in names if n.lower() == name.lower()]
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return InvalidInputError(f"No field named {name!r}.{hint} (columns: {names})")
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else (
+        f" Valid fields are {', '.join(names)}.")
+    return InvalidInputError(f"No field named {name}.{hint}")
 
 
 __all__ = [

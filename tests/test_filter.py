@@ -288,13 +288,13 @@ def test_rejects_beyond_pylance(sql: str) -> None:
 
 
 def test_error_messages_are_clear() -> None:
-    with pytest.raises(InvalidInputError, match="No field named 'nope'"):
+    with pytest.raises(InvalidInputError, match="No field named nope"):
         compile_filter("nope = 1", SCHEMA)
     with pytest.raises(InvalidInputError, match="cannot be converted"):
         compile_filter("u8 = 300", SCHEMA)
     with pytest.raises(InvalidInputError, match="cannot parse"):
         compile_filter("i = = 1", SCHEMA)
-    with pytest.raises(InvalidInputError, match="not a boolean"):
+    with pytest.raises(InvalidInputError, match="does not return a boolean"):
         compile_filter("i + 1", SCHEMA)
     with pytest.raises(InvalidInputError, match="unsupported"):
         compile_filter("frobnicate(i)", SCHEMA)
@@ -437,7 +437,7 @@ async def test_error_messages_suggest_names_and_carry_no_terminal_codes(tmp_path
 
     ds = await alance.write_dataset(pa.table({"score": [1, 2], "name": ["a", "b"]}),
                                     str(tmp_path / "msg"))
-    with pytest.raises(InvalidInputError, match=r"No field named 'scor'\. Did you mean 'score'"):
+    with pytest.raises(InvalidInputError, match=r"No field named scor\. Did you mean 'score'"):
         await ds.to_table(filter="scor > 1")
     with pytest.raises(InvalidInputError, match=r"Did you mean 'name'"):
         await ds.to_table(columns=["nmae"])

@@ -81,7 +81,7 @@ def _resolve(schema: LanceSchema, path: Sequence[str], name: str) -> list[LanceF
         kids = {c.name: c for c in chain[-1].children} if chain[-1].logical_type == "struct" \
             else {}
         if part not in kids:
-            raise InvalidInputError(f"No field named {name!r}: {chain[-1].name!r} has no "
+            raise InvalidInputError(f"No field named {name}: {chain[-1].name!r} has no "
                                     f"struct field {part!r}")
         chain.append(kids[part])
     return chain

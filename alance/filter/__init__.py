@@ -75,14 +75,23 @@ ROW_ADDRESS_COLUMNS: tuple[str, ...] = ("_rowid", "_rowaddr")
 def _compile(
     sql: str, schema: pa.Schema, extra_columns: Iterable[str]
 ) -> tuple[pc.Expression, Compiler]:
-    compiler = Compiler(schema, extra_columns)
-    node = compiler.compile(parse_filter(sql, literal_lists=True), resolve=True)
-    result_type = compiler.infer(node.expr)
-    if not pa.types.is_boolean(result_type):
-        raise InvalidInputError(
-            f"the filter {quoted_sql(sql)} is not a boolean expression (it is {result_type})"
-        )
+    try:
+        compiler = Compiler(schema, extra_columns)
+        node = compiler.compile(parse_filter(sql, literal_lists=True), resolve=True)
+        result_type = compiler.infer(node.expr)
+        if not pa.types.is_boolean(result_type):
+            raise InvalidInputError(
+                f"the filter {quoted_sql(sql)} does not return a boolean (it returns "
+                f"{result_type})")
+    except InvalidInputError as exc:
+        if str(exc).startswith(_USER_INPUT):
+            raise
+        # pylance's wording for every filter it refuses (callers match on it).
+        raise type(exc)(f"{_USER_INPUT}{exc}") from exc
     return node.expr, compiler
+
+
+_USER_INPUT = "Invalid user input: "
 
 
 def compile_filter(

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from alance.errors import InvalidInputError, no_such_column
 from alance.filter._arrow_types import arrow_type_named
+from alance.filter._json_functions import JSON_FUNCTIONS, json_call
 from alance.filter._list_functions import list_membership
 from alance.filter._sql import (
     ARITHMETIC,
@@ -458,11 +459,47 @@ class Compiler:
             return self._arrow_cast(args[0], args[1])
         if name in ("regexp_match", "regexp_like") and len(args) == 2:
             return self._regexp(args[0], args[1])
+        if name in JSON_FUNCTIONS:
+            return self._json(name, args[0] if args else None, args[1:])
         if name in ("array_has_any", "array_has_all", "array_contains", "array_has",
                     "list_has_any", "list_has_all", "list_contains", "list_has") and (
                 len(args) == 2):
             return self._membership(name, args[0], args[1])
         raise InvalidInputError(f"unsupported function in filter: {node.sql()!r}")
+
+    def on_jsonextract(self, node: exp.JSONExtract, resolve: bool) -> Node:
+        """``json_extract(doc, '$.path')``: the value's JSON text."""
+        path = node.expression
+        if isinstance(path, exp.JSONPath):  # sqlglot parsed the path: give back its text
+            path = exp.Literal.string(path.sql().strip("'"))
+        return self._json("json_extract", node.this, [path])
+
+    def _json(self, name: str, document: exp.Expression | None,
+              args: list[exp.Expression]) -> Node:
+        if document is None:
+            raise InvalidInputError(f"{name} needs a JSON value")
+        doc = self.compile(document)
+        storage = doc.type.storage_type if isinstance(doc.type, pa.BaseExtensionType) \
+            else doc.type
+        if not (pa.types.is_string(storage) or pa.types.is_large_string(storage)):
+            raise InvalidInputError(f"{name} needs a JSON column or JSON text, not {doc.type}")
+        consts = []
+        for arg in args:
+            lit = unparen(arg)
+            if not is_sql_literal(lit):
+                raise InvalidInputError(f"{name} takes constant arguments after the document")
+            value = self.literal(lit).literal
+            consts.append(str(value).lower() if isinstance(value, bool) else str(value))
+        expr, out_type = json_call(name, doc.expr.cast(pa.string()), consts)
+        return Node(expr, out_type)
+
+    def on_jsonarraycontains(self, node: exp.JSONArrayContains, resolve: bool) -> Node:
+        """``json_array_contains(doc, '$.path', value)`` (sqlglot keeps the value as
+        ``json_type``)."""
+        value = node.args.get("json_type")
+        if value is None:
+            raise InvalidInputError("json_array_contains takes (document, path, value)")
+        return self._json("json_array_contains", node.this, [node.expression, value])
 
     def on_arraycontains(self, node: exp.ArrayContains, resolve: bool) -> Node:
         """``array_contains(list, value)`` / ``array_has(list, value)``."""
