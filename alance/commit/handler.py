@@ -28,6 +28,8 @@ from alance.errors import (
 from alance.format.manifest import (
     VERSIONS_DIR,
     ManifestNamingScheme,
+    detached_manifest_file_name,
+    is_detached_version,
     manifest_file_name,
     parse_manifest_file_name,
 )
@@ -46,7 +48,10 @@ class ManifestLocation:
 
 
 def manifest_path(version: int, scheme: ManifestNamingScheme) -> str:
-    """Path (relative to the dataset root) of the manifest of ``version``."""
+    """Path (relative to the dataset root) of the manifest of ``version`` (a detached
+    version's: ``_versions/d{version}.manifest``)."""
+    if is_detached_version(version):
+        return f"{VERSIONS_DIR}/{detached_manifest_file_name(version)}"
     return f"{VERSIONS_DIR}/{manifest_file_name(version, scheme)}"
 
 

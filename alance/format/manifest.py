@@ -242,14 +242,18 @@ def _check_version(version: int) -> None:
 
 
 def manifest_file_name(version: int, scheme: ManifestNamingScheme) -> str:
-    """File name (no directory) of the manifest of ``version`` under ``scheme`` (a detached
-    version: ``d{version}.manifest`` under either scheme, as Lance names them)."""
+    """File name (no directory) of the manifest of ``version`` under ``scheme`` (see
+    :func:`detached_manifest_file_name` for detached versions)."""
     _check_version(version)
-    if is_detached_version(version):
-        return f"{DETACHED_PREFIX}{version}{MANIFEST_SUFFIX}"
     if scheme is ManifestNamingScheme.V2:
         return f"{U64_MAX - version:020d}{MANIFEST_SUFFIX}"
     return f"{version}{MANIFEST_SUFFIX}"
+
+
+def detached_manifest_file_name(version: int) -> str:
+    """File name of a detached version's manifest: ``d{version}.manifest`` (either scheme)."""
+    _check_version(version)
+    return f"{DETACHED_PREFIX}{version}{MANIFEST_SUFFIX}"
 
 
 def parse_manifest_file_name(name: str) -> tuple[int, ManifestNamingScheme] | None:
@@ -393,6 +397,7 @@ __all__ = [
     "decode_latest_version_hint",
     "decode_manifest_file",
     "decode_transaction_file",
+    "detached_manifest_file_name",
     "detect_naming_scheme",
     "encode_latest_version_hint",
     "encode_manifest_file",

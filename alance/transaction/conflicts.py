@@ -76,6 +76,7 @@ _ALWAYS_OK: dict[str, frozenset[str]] = {
     "update_bases": frozenset(KNOWN_OPERATIONS - {"overwrite", "restore"}),
 }
 _INCOMPATIBLE: dict[str, frozenset[str]] = {
+    "update_bases": frozenset({"overwrite", "restore"}),
     "append": frozenset({"overwrite", "restore", "update_mem_wal_state"}),
     "delete": frozenset({"overwrite", "restore", "update_mem_wal_state"}),
     "update": frozenset({"overwrite", "restore"}),
