@@ -147,4 +147,10 @@ class LanceSchema:
         return hash(tuple(f.id for f in self.lance_schema.walk()))
 
     def __repr__(self) -> str:
-        return f"LanceSchema({self.lance_schema.to_arrow()})"
+        fields = ", ".join(f"Field {{ name: {f.name!r}, id: {f.id}, parent_id: {f.parent_id}, "
+                           f"logical_type: {f.logical_type!r} }}"
+                           for f in self.lance_schema.walk())
+        return f"Schema {{ fields: [{fields}], metadata: {dict(self.lance_schema.metadata)} }}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LanceSchema, (self.lance_schema,))

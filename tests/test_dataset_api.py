@@ -177,6 +177,8 @@ def test_lance_schema_answers_pylance_and_alance_spellings(local_uri: str) -> No
     assert ours.field("nope") is None and ours.field_case_insensitive("A").id() == 0
     assert ours.to_pyarrow().equals(ds.schema)
     assert [f.name for f in ours.walk()] == ["a", "s", "x"]  # alance's own API still answers
+    import pickle
+    assert repr(ours).startswith("Schema {") and pickle.loads(pickle.dumps(ours)) == ours
     # pylance's Project with a schema built from Arrow: drop and rename columns.
     project = al.LanceOperation.Project(al.LanceSchema.from_pyarrow(pa.schema([("b", pa.int64())])))
     ds = al.LanceDataset.commit(ds, project, read_version=1)
