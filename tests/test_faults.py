@@ -448,3 +448,20 @@ async def test_unknown_storage_option_is_refused_for_local(tmp_path: Path) -> No
 def test_zero_max_concurrency_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError):
         open_store(str(tmp_path / "ds.lance"), {"max_concurrency": 0})
+
+
+async def test_retries_and_rebases_are_logged(tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    uri = str(tmp_path / "ds")
+    caplog.set_level(logging.INFO, logger="alance")
+    await alance.write_dataset(rows(0, 100), uri)
+    plan = FaultPlan(fail_rate=0.0, fail_ops={"get_ranges"}, fail_calls={0})
+    ds = await alance.open_dataset(uri, storage_options=with_faults({}, plan, max_retries=3))
+    assert (await ds.to_table()).num_rows == 100
+    assert any("transient failure (attempt 1 of 4)" in r.getMessage() for r in caplog.records)
+    stale = await alance.open_dataset(uri)
+    await alance.write_dataset(rows(100, 10), uri, mode="append")
+    await stale.delete("id < 5")  # planned on version 1, rebased over the append
+    assert any("rebasing a delete from version 1 onto version 2" in r.getMessage()
+               for r in caplog.records)

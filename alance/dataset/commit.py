@@ -307,6 +307,9 @@ class _CommitLoop:
                         others.append((version, other))
                 if self.check is not None and others:
                     await self.check(others, latest)
+                log.info("%s: rebasing a %s from version %d onto version %d (%d commits "
+                         "in between)", self.store.uri, state.name, checked, latest.version,
+                         len(others))
                 txn = await finish_rebase(self.store, latest, state, self.affected_rows,
                                           self.merged)
                 state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import datetime as dt
 import itertools
+import logging
 import posixpath
 import random
 import weakref
@@ -32,6 +33,8 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -201,10 +204,15 @@ class DatasetStore:
             try:
                 async with self._sem:
                     return await call(self.backend)
-            except TransientStoreError:
+            except TransientStoreError as exc:
                 if attempt == self.max_retries:
+                    log.warning("%s: giving up after %d attempts: %s", self.uri,
+                                attempt + 1, exc)
                     raise
-            await asyncio.sleep(random.uniform(0, min(RETRY_BASE_DELAY * 2**attempt, 2.0)))
+                pause = random.uniform(0, min(RETRY_BASE_DELAY * 2**attempt, 2.0))
+                log.info("%s: transient failure (attempt %d of %d), retrying in %.3f s: %s",
+                         self.uri, attempt + 1, self.max_retries + 1, pause, exc)
+            await asyncio.sleep(pause)
         raise AssertionError("unreachable")
 
     # -- reads -------------------------------------------------------------------------------
