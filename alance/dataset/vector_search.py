@@ -34,6 +34,8 @@ __all__ = ["DISTANCE", "NearestScanner", "distances"]
 DISTANCE = "_distance"
 _ROW_ID = "_rowid"
 _ROW_ADDRESS = "_rowaddr"
+_SYSTEM = frozenset({_ROW_ID, _ROW_ADDRESS, "_row_created_at_version",
+                     "_row_last_updated_at_version", DISTANCE})
 _METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
 #: Keys of ``nearest`` that tune index searches (a flat search has no index to tune).
 _INDEX_TUNING = {"nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor",
@@ -135,7 +137,7 @@ class NearestScanner:
         self.options = dict(options)
         self.with_row_id, self.with_row_address = with_row_id, with_row_address
         names = list(columns) if columns is not None else [
-            n for n in schema.names if not n.startswith("_")]
+            n for n in schema.names if n not in _SYSTEM]
         self.projection = names
         self.distance_shown = DISTANCE in names or not (
             disable_scoring_autoprojection and columns is not None)
