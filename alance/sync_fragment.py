@@ -7,7 +7,6 @@ Thin: every call runs the async implementation on the background loop.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 import pyarrow as pa
@@ -20,6 +19,8 @@ from alance.dataset.fragment_meta import DataFile, FragmentMetadata
 from alance.dataset.lance_operation import LanceOperation, Transaction
 from alance.sync import LanceDataset, Scanner, _iterate
 from alance.sync_schema import LanceSchema
+
+BulkCommitResult = _commit.BulkCommitResult
 
 __all__ = ["BulkCommitResult", "FragmentSession", "LanceFragment", "commit", "commit_batch",
            "format_fragment", "write_fragments"]
@@ -191,21 +192,8 @@ def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transaction,
                                                  **kwargs)))
 
 
-@dataclass
-class BulkCommitResult:
-    """What ``LanceDataset.commit_batch`` returns (attributes, or keys as pylance's dict)."""
-
-    dataset: LanceDataset
-    merged: Transaction
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in ("dataset", "merged"):
-            raise KeyError(key)
-        return getattr(self, key)
-
-
 def commit_batch(dest: Any, transactions: Sequence[Transaction], *args: Any,
-                 **kwargs: Any) -> BulkCommitResult:
+                 **kwargs: Any) -> _commit.BulkCommitResult:
     """Blocking :func:`alance.dataset.manual_commit.commit_batch`."""
     result = _loop.run(_commit.commit_batch(dest, transactions, *args, **kwargs))
-    return BulkCommitResult(LanceDataset(result.dataset), result.merged)
+    return _commit.BulkCommitResult(LanceDataset(result.dataset), result.merged)

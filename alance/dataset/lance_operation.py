@@ -39,6 +39,15 @@ def _protos(fragments: Iterable[Any]) -> list[table_pb2.DataFragment]:
     return out
 
 
+def _metadata_list(fragments: Iterable[Any]) -> list[FragmentMetadata]:
+    """``fragments`` as a list, each a :class:`FragmentMetadata` (else ``TypeError``)."""
+    out = list(fragments)
+    for f in out:
+        if not isinstance(f, FragmentMetadata):
+            raise TypeError(f"fragments must be FragmentMetadata, got {type(f).__name__}")
+    return out
+
+
 def _unwrapped(schema: Any) -> Any:
     """alance's LanceSchema behind pylance-style schema views (``alance.sync.LanceSchema``)."""
     inner = getattr(schema, "lance_schema", None)
@@ -83,15 +92,11 @@ class LanceOperation:
         initial_bases: list[Any] | None = None
 
         def __post_init__(self) -> None:
-            self.fragments = list(self.fragments)
+            self.fragments = _metadata_list(self.fragments)
             self.new_schema = _unwrapped(self.new_schema)
             if not isinstance(self.new_schema, pa.Schema | LanceSchema):
                 raise TypeError("new_schema must be a pyarrow.Schema, got "
                                 f"{type(self.new_schema).__name__}")
-            for f in self.fragments:
-                if not isinstance(f, FragmentMetadata):
-                    raise TypeError(f"fragments must be FragmentMetadata, got "
-                                    f"{type(f).__name__}")
 
         def _to_txn(self, read_version: int, base: LanceSchema | None,
                     max_field_id: int) -> transaction_pb2.Transaction:
@@ -108,11 +113,7 @@ class LanceOperation:
         fragments: Iterable[FragmentMetadata]
 
         def __post_init__(self) -> None:
-            self.fragments = list(self.fragments)
-            for f in self.fragments:
-                if not isinstance(f, FragmentMetadata):
-                    raise TypeError(f"fragments must be FragmentMetadata, got "
-                                    f"{type(f).__name__}")
+            self.fragments = _metadata_list(self.fragments)
 
         def _to_txn(self, read_version: int, base: LanceSchema | None,
                     max_field_id: int) -> transaction_pb2.Transaction:

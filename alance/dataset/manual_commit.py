@@ -122,10 +122,11 @@ async def commit(base_uri: Any, operation: LanceOperation.BaseOperation | Transa
 
 @dataclass
 class BulkCommitResult:
-    """What :func:`commit_batch` returns: the new version and the one transaction committed
-    (read as attributes, or as keys like pylance's dict: ``result["dataset"]``)."""
+    """What :func:`commit_batch` returns: the new version (an async dataset, or a blocking one
+    from :mod:`alance.sync`) and the one transaction committed (read as attributes, or as
+    keys like pylance's dict: ``result["dataset"]``)."""
 
-    dataset: LanceDataset
+    dataset: Any
     merged: Transaction
 
     def __getitem__(self, key: str) -> Any:
