@@ -9,16 +9,14 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
-from alance.dataset.bases import DatasetBasePath
-from alance.dataset.batch_udf import BatchUDF, batch_udf
-from alance.dataset.dataset import LanceDataset, open_dataset, write_dataset
-from alance.dataset.distributed import DistributedWrite, UncommittedFragments, plan_write
-from alance.dataset.distributed_compaction import (
+from alance.dataset.api import LanceDataset, open_dataset, write_dataset
+from alance.dataset.commit.operations import LanceOperation, Transaction
+from alance.dataset.distributed.compaction import (
     CompactionPart,
     DistributedCompaction,
     plan_distributed_compaction,
 )
-from alance.dataset.distributed_dml import (
+from alance.dataset.distributed.dml import (
     DeletionPart,
     DistributedDelete,
     DistributedUpdate,
@@ -26,10 +24,12 @@ from alance.dataset.distributed_dml import (
     plan_delete,
     plan_update,
 )
+from alance.dataset.distributed.write import DistributedWrite, UncommittedFragments, plan_write
+from alance.dataset.evolution.batch_udf import BatchUDF, batch_udf
 from alance.dataset.fragment import LanceFragment, write_fragments
-from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
-from alance.dataset.lance_operation import LanceOperation, Transaction
-from alance.dataset.scan import Scanner
+from alance.dataset.fragments.metadata import DataFile, DeletionFile, FragmentMetadata
+from alance.dataset.query.scan import Scanner
+from alance.dataset.versions.bases import DatasetBasePath
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,

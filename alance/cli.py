@@ -30,10 +30,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from alance.commit.handler import ManifestLocation
-from alance.dataset.cleanup import index_uuid, manifest_time
-from alance.dataset.dataset import LanceDataset, open_dataset
-from alance.dataset.read import live_rows
-from alance.dataset.snapshot import Snapshot, load_snapshot_at
+from alance.dataset.api import LanceDataset, open_dataset
+from alance.dataset.fragments.read import live_rows
+from alance.dataset.versions.cleanup import index_uuid, manifest_time
+from alance.dataset.versions.snapshot import Snapshot, load_snapshot_at
 from alance.errors import AlanceError, InvalidInputError
 from alance.format.feature_flags import describe_flags
 from alance.format.manifest import writer_version_string

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf import text_format
 
-from alance.dataset.data_file import run_plan
+from alance.dataset.fragments.data_file import run_plan
 from alance.errors import (
     InvalidInputError,
     SchemaMismatchError,

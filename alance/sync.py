@@ -25,22 +25,23 @@ from alance import _loop
 from alance._proto import table_pb2
 from alance.commit.lock import LockCommitHandler
 from alance.commit.registry import HandlerSpec
-from alance.dataset import blobs as _blobs
-from alance.dataset import dataset as _async
-from alance.dataset import distributed as _distributed
-from alance.dataset import distributed_compaction as _distributed_compaction
-from alance.dataset import distributed_dml as _distributed_dml
-from alance.dataset import stats as _stats
-from alance.dataset.changes import ChangeFeed as _AsyncChangeFeed
-from alance.dataset.cleanup import CleanupStats
-from alance.dataset.compaction import CompactionResult
-from alance.dataset.config import AutoCleanupConfig, MetadataUpdate, warn_deprecated
-from alance.dataset.dml import DeleteResult, MergeInsertResult, UpdateResult
-from alance.dataset.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
-from alance.dataset.read import live_rows
-from alance.dataset.scan import Scanner as _AsyncScanner
-from alance.dataset.tags import Tag
-from alance.dataset.tags import Tags as _AsyncTags
+from alance.dataset import api as _async
+from alance.dataset.distributed import compaction as _distributed_compaction
+from alance.dataset.distributed import dml as _distributed_dml
+from alance.dataset.distributed import write as _distributed
+from alance.dataset.dml.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
+from alance.dataset.dml.results import DeleteResult, MergeInsertResult, UpdateResult
+from alance.dataset.evolution.config import MetadataUpdate, warn_deprecated
+from alance.dataset.fragments.read import live_rows
+from alance.dataset.maintenance import stats as _stats
+from alance.dataset.maintenance.compaction import CompactionResult
+from alance.dataset.query import blobs as _blobs
+from alance.dataset.query.changes import ChangeFeed as _AsyncChangeFeed
+from alance.dataset.query.scan import Scanner as _AsyncScanner
+from alance.dataset.versions.auto_cleanup import AutoCleanupConfig
+from alance.dataset.versions.cleanup import CleanupStats
+from alance.dataset.versions.tags import Tag
+from alance.dataset.versions.tags import Tags as _AsyncTags
 from alance.errors import InvalidInputError
 
 T = TypeVar("T")
@@ -322,7 +323,7 @@ class LanceDataset:
         return _loop.run(self._async.take(indices, columns))
 
     def sql(self, query: str) -> SqlQueryBuilder:
-        """A SQL query over this version, run by DuckDB (see :mod:`alance.dataset.sql`)."""
+        """A SQL query over this version, run by DuckDB (see :mod:`alance.dataset.query.sql`)."""
         return SqlQueryBuilder(self._async.sql(query))
 
     def validate(self) -> None:
@@ -334,7 +335,7 @@ class LanceDataset:
         """Blocking :meth:`alance.LanceDataset.sample`."""
         return _loop.run(self._async.sample(num_rows, columns, randomize_order, **kwargs))
 
-    # -- stable row ids and the change data feed ----------------------------------------------
+    # -- stable row ids and the change data feed --------------------------------------------------
     @property
     def has_stable_row_ids(self) -> bool:
         """Whether rows keep their ``_rowid`` across updates and compaction."""
@@ -352,16 +353,16 @@ class LanceDataset:
                 **kwargs: Any) -> ChangeFeed:
         """Blocking :meth:`alance.LanceDataset.changes`: iterate it, or ``.to_table()``."""
         return ChangeFeed(_loop.run(self._async.changes(begin_version, end_version, **kwargs)))
-    # -- end of stable row ids -----------------------------------------------------------------
+    # -- end of stable row ids ---------------------------------------------------------------------
 
-    # -- blob columns ---------------------------------------------------------------------------
+    # -- blob columns -----------------------------------------------------------------------------
     def take_blobs(self, column: str, indices: Sequence[int] | Any = None,
                    ids: Sequence[int] | Any = None, addresses: Sequence[int] | Any = None,
                    **kwargs: Any) -> list[_blobs.BlockingBlobFile | None]:
         """Blocking :meth:`alance.LanceDataset.take_blobs`: standard binary file objects."""
         found = _loop.run(self._async.take_blobs(column, indices, ids, addresses, **kwargs))
         return _blobs.blocking(found, _loop.run)
-    # -- end of blob columns ----------------------------------------------------------------------
+    # -- end of blob columns -----------------------------------------------------------------------
 
     def delete(self, predicate: str | pc.Expression, **kwargs: Any) -> DeleteResult:
         """Blocking :meth:`alance.LanceDataset.delete` (``result.dataset`` is blocking too)."""
@@ -402,7 +403,7 @@ class LanceDataset:
         pylance's ``insert``)."""
         return self._moved_to(_loop.run(self._async.insert(data, mode=mode, **kwargs)))
 
-    # -- config and metadata ---------------------------------------------------------------
+    # -- config and metadata ----------------------------------------------------------------------
     def config(self) -> dict[str, str]:
         """The dataset config (the manifest's ``config`` map)."""
         return self._async.config()
@@ -462,9 +463,9 @@ class LanceDataset:
         """Deprecated (as in pylance): ``update_field_metadata({field: ...}, replace=True)``."""
         warn_deprecated("replace_field_metadata", "update_field_metadata(..., replace=True)")
         self.update_field_metadata({field_name: new_metadata}, replace=True)
-    # -- end of config and metadata ----------------------------------------------------------
+    # -- end of config and metadata ----------------------------------------------------------------
 
-    # -- version management (compaction, cleanup, restore, tags) -----------------------------
+    # -- version management (compaction, cleanup, restore, tags) ----------------------------------
     @property
     def stats(self) -> LanceStats:
         """Blocking twin of :attr:`alance.LanceDataset.stats`."""
@@ -496,11 +497,11 @@ class LanceDataset:
         """Blocking :meth:`alance.LanceDataset.cleanup_old_versions`."""
         return _loop.run(self._async.cleanup_old_versions(older_than, retain_versions,
                                                           **kwargs))
-    # -- end of version management -----------------------------------------------------------
+    # -- end of version management -----------------------------------------------------------------
 
 
 class LanceStats:
-    """Blocking twin of :class:`alance.dataset.stats.LanceStats`."""
+    """Blocking twin of :class:`alance.dataset.maintenance.stats.LanceStats`."""
 
     def __init__(self, stats: _stats.LanceStats) -> None:
         self._async = stats
@@ -515,7 +516,7 @@ class LanceStats:
 
 
 class DatasetOptimizer:
-    """Blocking twin of :class:`alance.dataset.stats.DatasetOptimizer`."""
+    """Blocking twin of :class:`alance.dataset.maintenance.stats.DatasetOptimizer`."""
 
     def __init__(self, dataset: LanceDataset) -> None:
         self._dataset = dataset
@@ -537,7 +538,7 @@ class DatasetOptimizer:
 
 
 class Tags:
-    """Blocking twin of :class:`alance.dataset.tags.Tags`."""
+    """Blocking twin of :class:`alance.dataset.versions.tags.Tags`."""
 
     def __init__(self, tags: _AsyncTags) -> None:
         self._async = tags
@@ -585,7 +586,7 @@ def _moved(target: LanceDataset, result: R) -> R:
 
 
 class ChangeFeed:
-    """Blocking twin of :class:`alance.dataset.changes.ChangeFeed`."""
+    """Blocking twin of :class:`alance.dataset.query.changes.ChangeFeed`."""
 
     def __init__(self, feed: _AsyncChangeFeed) -> None:
         self._async = feed
@@ -608,7 +609,7 @@ class ChangeFeed:
 
 
 class MergeInsertBuilder:
-    """Blocking twin of :class:`alance.dataset.merge_insert.MergeInsertBuilder`."""
+    """Blocking twin of :class:`alance.dataset.dml.merge_insert.MergeInsertBuilder`."""
 
     def __init__(self, builder: _AsyncMergeInsertBuilder,
                  target: LanceDataset | None = None) -> None:
@@ -631,21 +632,21 @@ class MergeInsertBuilder:
         return self
 
     def when_matched_fail(self) -> MergeInsertBuilder:
-        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.when_matched_fail`."""
+        """See :meth:`alance.dataset.dml.merge_insert.MergeInsertBuilder.when_matched_fail`."""
         self._async.when_matched_fail()
         return self
 
     def retry_timeout(self, timeout: dt.timedelta | float) -> MergeInsertBuilder:
-        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.retry_timeout`."""
+        """See :meth:`alance.dataset.dml.merge_insert.MergeInsertBuilder.retry_timeout`."""
         self._async.retry_timeout(timeout)
         return self
 
     def explain_plan(self, schema: pa.Schema | None = None, verbose: bool = False) -> str:
-        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.explain_plan`."""
+        """See :meth:`alance.dataset.dml.merge_insert.MergeInsertBuilder.explain_plan`."""
         return self._async.explain_plan(schema, verbose)
 
     def analyze_plan(self, data: Any, *, schema: pa.Schema | None = None) -> str:
-        """See :meth:`alance.dataset.merge_insert.MergeInsertBuilder.analyze_plan`."""
+        """See :meth:`alance.dataset.dml.merge_insert.MergeInsertBuilder.analyze_plan`."""
         return _loop.run(self._async.analyze_plan(data, schema=schema))
 
     def conflict_retries(self, retries: int) -> MergeInsertBuilder:
@@ -726,7 +727,7 @@ def write_dataset(data_obj: Any, uri: str | os.PathLike[str] | LanceDataset,
     return LanceDataset(_loop.run(_async.write_dataset(data, target, schema, mode, **kwargs)))
 
 
-# -- distributed writes and deletes (alance.dataset.distributed*) ------------------------------
+# -- distributed writes and deletes (alance.dataset.distributed.write*) --------------------------
 class DistributedWrite:
     """Blocking twin of :class:`alance.DistributedWrite` (picklable: ship it to tasks)."""
 
@@ -871,19 +872,19 @@ __all__ = ["AutoCleanupConfig", "ChangeFeed", "DistributedCompaction", "Distribu
 
 
 # The fragment and manual-commit API (alance.sync_fragment imports this module: import last).
-from alance.dataset.fragment_meta import (  # noqa: E402
-    DataFile,
-    DeletionFile,
-    FragmentMetadata,
-    RowIdMeta,
-)
-from alance.dataset.lance_operation import (  # noqa: E402
+from alance.dataset.commit.operations import (  # noqa: E402
     LANCE_COMMIT_MESSAGE_KEY,
     LanceOperation,
     Transaction,
     from_wire,
 )
-from alance.dataset.progress import (  # noqa: E402
+from alance.dataset.fragments.metadata import (  # noqa: E402
+    DataFile,
+    DeletionFile,
+    FragmentMetadata,
+    RowIdMeta,
+)
+from alance.dataset.fragments.progress import (  # noqa: E402
     FileSystemFragmentWriteProgress,
     FragmentWriteProgress,
     NoopFragmentWriteProgress,
@@ -947,7 +948,7 @@ def manifest_needs_migration(dataset: LanceDataset) -> bool:
 
 __all__ += ["manifest_needs_migration"]
 
-from alance.dataset.bases import DatasetBasePath  # noqa: E402
+from alance.dataset.versions.bases import DatasetBasePath  # noqa: E402
 
 __all__ += ["DatasetBasePath"]
 
@@ -1039,13 +1040,13 @@ CompactionPlan = _CompactionPlan
 CompactionTask = _CompactionTask
 __all__ += ["Compaction", "CompactionPlan", "CompactionTask", "RewriteResult"]
 
-from alance.dataset.batch_udf import BatchUDF, batch_udf  # noqa: E402
+from alance.dataset.evolution.batch_udf import BatchUDF, batch_udf  # noqa: E402
 
 __all__ += ["BatchUDF", "batch_udf"]
 
 
 class SqlQuery:
-    """Blocking twin of :class:`alance.dataset.sql.SqlQuery`."""
+    """Blocking twin of :class:`alance.dataset.query.sql.SqlQuery`."""
 
     def __init__(self, query: Any) -> None:
         self._async = query
@@ -1060,7 +1061,7 @@ class SqlQuery:
 
 
 class SqlQueryBuilder:
-    """Blocking twin of :class:`alance.dataset.sql.SqlQueryBuilder`."""
+    """Blocking twin of :class:`alance.dataset.query.sql.SqlQueryBuilder`."""
 
     def __init__(self, builder: Any) -> None:
         self._async = builder

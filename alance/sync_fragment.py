@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 from alance import _loop
 from alance.dataset import fragment as _fragment
 from alance.dataset import manual_commit as _commit
-from alance.dataset.fragment_meta import DataFile, FragmentMetadata
-from alance.dataset.lance_operation import LanceOperation, Transaction
+from alance.dataset.commit.operations import LanceOperation, Transaction
+from alance.dataset.fragments.metadata import DataFile, FragmentMetadata
 from alance.sync import LanceDataset, Scanner, _iterate
 from alance.sync_schema import LanceSchema
 

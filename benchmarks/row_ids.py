@@ -4,7 +4,7 @@ A dataset with stable row ids, ``--rows`` rows in ``--fragments`` fragments (pyl
 it), then an update of ~1% of the rows spread over the table (so the updated rows' ids live in
 a new fragment, tombstoned in the old ones). Measured on a freshly opened dataset:
 
-* index build: alance's :func:`alance.dataset.row_ids.row_id_index`; pylance has no separate
+* index build: alance's :func:`alance.dataset.query.row_ids.row_id_index`; pylance has no separate
   call, so its first ``_take_rows`` (index build + take) is reported next to ours;
 * take: 1000 random live row ids, column ``id``, after the index exists (median of 5).
 
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 import alance
-from alance.dataset.row_ids import row_id_index
+from alance.dataset.query.row_ids import row_id_index
 
 
 def build(path: str, rows: int, fragments: int) -> None:

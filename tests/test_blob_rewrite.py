@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import alance.dataset.blob_rewrite as blob_rewrite
+import alance.dataset.fragments.blob_rewrite as blob_rewrite
 from alance import sync as al
-from alance.dataset.blob_rewrite import fetch_blob_bytes, writer_input
+from alance.dataset.fragments.blob_rewrite import fetch_blob_bytes, writer_input
 from alance.errors import UnsupportedFeatureError
 from alance.format.schema import LanceField
 from alance.format.v2.blob import BlobLocation
@@ -179,7 +179,7 @@ async def test_fetch_blob_bytes_orders_rows_and_nulls(tmp_path: Path) -> None:
 
 
 async def test_distributed_compaction_keeps_blob_bytes(tmp_path: Path) -> None:
-    from alance.dataset.distributed_compaction import plan_distributed_compaction
+    from alance.dataset.distributed.compaction import plan_distributed_compaction
 
     mine, _ = _pair(tmp_path, "2.2")
     plan = await plan_distributed_compaction(mine)

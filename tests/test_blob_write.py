@@ -244,7 +244,7 @@ def test_large_batches_are_split_but_laid_out_the_same(tmp_path: Path,
     """A batch with more blob bytes than one writer call takes is written in pieces: the
     sidecars and bytes stay those pylance writes (inline values move: pages of the earlier
     pieces lie between them)."""
-    import alance.dataset.write as write_module
+    import alance.dataset.fragments.write as write_module
 
     monkeypatch.setattr(write_module, "BLOB_BYTES_PER_CALL", 100_000)
     table = _v2_table(VALUES)

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 import alance
-from alance.dataset.cleanup import TaggedVersionError, _Refs
-from alance.dataset.snapshot import load_snapshot
+from alance.dataset.versions.cleanup import TaggedVersionError, _Refs
+from alance.dataset.versions.snapshot import load_snapshot
 from tests.s3_servers import S3Target
 
 ZERO = dt.timedelta(0)

@@ -12,7 +12,7 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.dataset import manual_commit
+from alance.dataset import manual_commit as manual_commit
 from alance.errors import (
     CommitConflictError,
     DatasetNotFoundError,

@@ -14,7 +14,7 @@ import pytest
 
 import alance
 from alance import sync
-from alance.dataset.compaction import CompactionOptions, output_sizes, plan_tasks
+from alance.dataset.maintenance.compaction import CompactionOptions, output_sizes, plan_tasks
 from alance.format.manifest import decode_manifest_file
 
 MANY_TYPES = pa.schema([

@@ -296,7 +296,7 @@ def test_processes_exit_cleanly_after_writes(tmp_path: Path) -> None:
 def test_backoff_pauses_grow_with_slow_attempts() -> None:
     """Writers whose attempts take long pause longer than the fixed cap: pausing less than an
     attempt lasts only collides again."""
-    from alance.dataset.commit import BACKOFF_CAP, backoff_delay
+    from alance.dataset.commit.loop import BACKOFF_CAP, backoff_delay
 
     fast = [backoff_delay(12) for _ in range(200)]
     slow = [backoff_delay(12, attempt_seconds=2.0) for _ in range(200)]

@@ -1,4 +1,5 @@
-"""Dataset config, table / schema / field metadata (alance.dataset.config), both APIs, with
+"""Dataset config, table / schema / field metadata (alance.dataset.evolution.config), both APIs,
+with
 pylance 14 as the oracle for the on-disk form, and automatic cleanup driven by the config."""
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.dataset.commit import transaction_of
-from alance.dataset.config import (
+from alance.dataset.commit.loop import transaction_of
+from alance.dataset.evolution.config import MetadataUpdate, split_field_path
+from alance.dataset.versions.auto_cleanup import (
     AutoCleanupPolicy,
-    MetadataUpdate,
     auto_cleanup_config,
     format_duration,
     parse_duration,
-    split_field_path,
 )
 from alance.errors import IncompatibleTransactionError, InvalidInputError, NotFoundError
 
@@ -426,7 +426,7 @@ def test_auto_cleanup_keeps_recent_versions(local_uri: str) -> None:
 def test_bad_auto_cleanup_config_is_logged(local_uri: str,
                                            caplog: pytest.LogCaptureFixture) -> None:
     ds = al.write_dataset(simple(), local_uri)
-    with caplog.at_level(logging.ERROR, logger="alance.dataset.config"):
+    with caplog.at_level(logging.ERROR, logger="alance.dataset.evolution.config"):
         ds.update_config({"lance.auto_cleanup.interval": "1",
                           "lance.auto_cleanup.older_than": "soon"})
         al.write_dataset(simple(), local_uri, mode="append")

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 import alance
-from alance.dataset.distributed import JobFinishedError, UncommittedFragments, plan_write
-from alance.dataset.distributed_read import ReadTask, plan_read, scan_task
+from alance.dataset.distributed.read import ReadTask, plan_read, scan_task
+from alance.dataset.distributed.write import JobFinishedError, UncommittedFragments, plan_write
 from alance.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -252,7 +252,7 @@ STORAGE_VERSIONS = pytest.mark.parametrize("version", ["legacy", None])  # None:
 
 @STORAGE_VERSIONS
 async def test_distributed_dml_one_commit(local_uri: str, version: str | None) -> None:
-    from alance.dataset.distributed_dml import plan_delete
+    from alance.dataset.distributed.dml import plan_delete
 
     await alance.write_dataset(rows(0, 5000), local_uri, max_rows_per_file=1000,
                                data_storage_version=version)
@@ -275,7 +275,7 @@ async def test_distributed_dml_one_commit(local_uri: str, version: str | None) -
 @STORAGE_VERSIONS
 async def test_distributed_dml_merges_with_concurrent_delete_and_aborts(
         local_uri: str, version: str | None) -> None:
-    from alance.dataset.distributed_dml import plan_delete
+    from alance.dataset.distributed.dml import plan_delete
 
     await alance.write_dataset(rows(0, 100), local_uri, data_storage_version=version)
     plan = await plan_delete(local_uri, "id < 10")
@@ -318,7 +318,7 @@ def test_blocking_twins_from_threads(tmp_path: Path) -> None:
 
 @STORAGE_VERSIONS
 async def test_distributed_update_one_commit(local_uri: str, version: str | None) -> None:
-    from alance.dataset.distributed_dml import plan_update
+    from alance.dataset.distributed.dml import plan_update
 
     await alance.write_dataset(rows(0, 3000), local_uri, max_rows_per_file=1000,
                                data_storage_version=version)
@@ -349,8 +349,8 @@ async def test_distributed_update_one_commit(local_uri: str, version: str | None
 
 @STORAGE_VERSIONS
 async def test_distributed_compaction_one_rewrite(local_uri: str, version: str | None) -> None:
-    from alance.dataset.compaction_plan import CompactionOptions
-    from alance.dataset.distributed_compaction import plan_distributed_compaction
+    from alance.dataset.distributed.compaction import plan_distributed_compaction
+    from alance.dataset.maintenance.compaction_plan import CompactionOptions
 
     for i in range(6):
         await alance.write_dataset(rows(100 * i, 100), local_uri, data_storage_version=version,
@@ -397,9 +397,9 @@ async def _break_last_fragment(uri: str) -> str:
 
 
 async def _plan_job(kind: str, uri: str):
-    from alance.dataset.compaction_plan import CompactionOptions
-    from alance.dataset.distributed_compaction import plan_distributed_compaction
-    from alance.dataset.distributed_dml import plan_delete, plan_update
+    from alance.dataset.distributed.compaction import plan_distributed_compaction
+    from alance.dataset.distributed.dml import plan_delete, plan_update
+    from alance.dataset.maintenance.compaction_plan import CompactionOptions
 
     if kind == "delete":
         plan = await plan_delete(uri, "id % 3 = 0")
@@ -451,7 +451,7 @@ async def test_commit_removes_dropped_attempts(local_uri: str, version: str | No
     result = await plan.commit(parts)
     ds = result if isinstance(result, alance.LanceDataset) else result.dataset
     assert ds.version == (6 if kind == "compact" else 5)  # compaction reserves ids first
-    from alance.dataset.distributed_staging import referenced_files
+    from alance.dataset.distributed.staging import referenced_files
 
     # the old files and those the new version references remain; no staging records
     assert dataset_files(local_uri) == before | referenced_files(ds.fragment_protos())
@@ -477,7 +477,7 @@ def _change_rows(table: pa.Table) -> list[tuple]:
 
 
 async def test_change_feed_tasks_cover_the_feed_for_every_pair(local_uri: str) -> None:
-    from alance.dataset.distributed_changes import (
+    from alance.dataset.distributed.changes import (
         ChangeTask,
         plan_change_tasks,
         scan_change_task,

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pytest
 
 import alance
-from alance.dataset.backfill import Progress
-from alance.dataset.evolution import castable, manifest_max_field_id
+from alance.dataset.evolution.backfill import Progress
+from alance.dataset.evolution.new_columns import castable, manifest_max_field_id
 from alance.errors import (
     InvalidInputError,
     RetryableCommitConflictError,

@@ -1,4 +1,4 @@
-"""What writers accept as data (alance.dataset.inputs), with pylance 14 as the oracle.
+"""What writers accept as data (alance.dataset.fragments.inputs), with pylance 14 as the oracle.
 
 For every kind of input pylance's ``write_dataset`` takes, both engines write the same input
 and each dataset must read back identically in both engines. Casting to ``schema=`` follows

@@ -14,7 +14,7 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.dataset.read import ReadContext
+from alance.dataset.fragments.read import ReadContext
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from alance.format import jsonb
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import alance
-from alance.dataset.scan import Scanner
+from alance.dataset.query.scan import Scanner
 from alance.io.store import DatasetStore
 
 

@@ -30,7 +30,7 @@ import alance.filter as filter_api
 import alance.filter._sql as filter_sql
 from alance import sync as al
 from alance._proto import table_pb2
-from alance.dataset.scan import Scanner
+from alance.dataset.query.scan import Scanner
 from alance.errors import (
     AlanceError,
     CorruptFileError,

@@ -14,9 +14,9 @@ import pytest
 import alance
 from alance import sync as al
 from alance._proto import table_pb2
-from alance.dataset.commit import commit_transaction
-from alance.dataset.row_ids import build_index, fragment_lineage
-from alance.dataset.write import WriteParams, write_fragments
+from alance.dataset.commit.loop import commit_transaction
+from alance.dataset.fragments.write import WriteParams, write_fragments
+from alance.dataset.query.row_ids import build_index, fragment_lineage
 from alance.errors import CorruptFileError, InvalidInputError
 from alance.format.feature_flags import FeatureFlag
 from alance.format.row_id_sequence import decode_row_ids

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from alance import sync as al
-from alance.dataset import data_file
+from alance.dataset.fragments import data_file
 
 ROWS = 200_000
 

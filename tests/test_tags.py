@@ -12,7 +12,7 @@ import pytest
 
 import alance
 from alance import sync
-from alance.dataset.tags import decode_tag, encode_tag
+from alance.dataset.versions.tags import decode_tag, encode_tag
 
 
 def table(start: int, n: int) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Concurrent takes on one dataset object share reads (alance.dataset.take_batch.TakeBatcher).
+"""Concurrent takes on one dataset object share reads (alance.dataset.query.take_batch.TakeBatcher).
 
 Every take is checked against what pylance's ``take`` returns for the same indices and
 projection, on datasets pylance wrote: file formats 2.1, 2.0 and legacy; one fragment, several
@@ -22,7 +22,7 @@ import pytest
 
 import alance
 from alance import sync as al
-from alance.dataset.take_batch import MAX_RUNNING, MAX_SHARED_TAKE
+from alance.dataset.query.take_batch import MAX_RUNNING, MAX_SHARED_TAKE
 from alance.errors import AlanceError, CorruptFileError, InvalidInputError
 
 ROWS = 3000

@@ -1,6 +1,6 @@
 """Takes across many fragments decode the rows of every fragment's pages together.
 
-``alance.dataset.take_pages`` reads the columns whose pages ``alance.format.v2.page_take``
+``alance.dataset.query.take_pages`` reads the columns whose pages ``alance.format.v2.page_take``
 handles (single-item mini-block rows: flat, bit-packed, fixed-size lists, variable and FSST
 strings) in one pass over all fragments, and 2.0 pages by their row plans in lockstep; other
 columns go the ordinary per-fragment way.
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import alance
-from alance.dataset.take_pages import take_columns
+from alance.dataset.query.take_pages import take_columns
 from alance.errors import CorruptFileError
 from alance.format.v2 import kernels
 from alance.format.v2.page_take import kind_of

@@ -17,9 +17,9 @@ import pytest
 
 import alance
 from alance._proto import table_pb2, transaction_pb2
-from alance.dataset.commit import commit_transaction
-from alance.dataset.dml import write_rows
-from alance.dataset.read import ReadContext
+from alance.dataset.commit.loop import commit_transaction
+from alance.dataset.dml.results import write_rows
+from alance.dataset.fragments.read import ReadContext
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.feature_flags import FeatureFlag
 from alance.format.manifest import (

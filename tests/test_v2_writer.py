@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from alance import sync as al
-from alance.dataset.write import storage_version_for
+from alance.dataset.fragments.write import storage_version_for
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.schema import LanceSchema

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 import alance
-from alance.dataset.scan import Scanner
-from alance.dataset.zone_maps import ZoneMaps, learnable
+from alance.dataset.fragments.zone_maps import ZoneMaps, learnable
+from alance.dataset.query.scan import Scanner
 from alance.format.schema import LanceField
 
 ROWS = 20_000

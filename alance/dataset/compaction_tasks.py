@@ -6,7 +6,7 @@ each :class:`CompactionTask` (picklable) rewrites its group into new fragments w
 committing (:meth:`CompactionTask.execute` gives a picklable :class:`RewriteResult`);
 :meth:`Compaction.commit` commits any number of results as one rewrite (fragment ids are
 reserved first, so it makes two versions, as pylance's does). Built on
-:class:`alance.dataset.distributed_compaction.DistributedCompaction`.
+:class:`alance.dataset.distributed.compaction.DistributedCompaction`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from alance.dataset.compaction_plan import CompactionMetrics, CompactionOptions
-from alance.dataset.dataset import LanceDataset
-from alance.dataset.distributed_compaction import (
+from alance.dataset.api import LanceDataset
+from alance.dataset.distributed.compaction import (
     CompactionPart,
     DistributedCompaction,
     plan_distributed_compaction,
 )
-from alance.dataset.fragment_meta import FragmentMetadata
+from alance.dataset.fragments.metadata import FragmentMetadata
+from alance.dataset.maintenance.compaction_plan import CompactionMetrics, CompactionOptions
 from alance.errors import InvalidInputError
 
 __all__ = ["Compaction", "CompactionPlan", "CompactionTask", "RewriteResult"]

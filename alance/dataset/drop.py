@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from alance.dataset.dataset import _destination
-from alance.dataset.snapshot import load_snapshot
+from alance.dataset.api import _destination
+from alance.dataset.versions.snapshot import load_snapshot
 from alance.errors import CorruptFileError, DatasetNotFoundError, InvalidInputError
 
 __all__ = ["drop_dataset"]

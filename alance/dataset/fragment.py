@@ -18,23 +18,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
-from alance.dataset.data_file import run_plan
-from alance.dataset.dataset import LanceDataset
-from alance.dataset.deletions import WrittenFiles, apply_deletions, split_addresses
-from alance.dataset.distributed import planned_write
-from alance.dataset.distributed_dml import fragment_addresses
-from alance.dataset.fragment_columns import (
+from alance.dataset.api import LanceDataset
+from alance.dataset.commit.operations import LanceOperation, Transaction
+from alance.dataset.distributed.dml import fragment_addresses
+from alance.dataset.distributed.write import planned_write
+from alance.dataset.evolution.fragment_columns import (
     merge_fragment,
     merge_fragment_columns,
     update_fragment_columns,
 )
-from alance.dataset.fragment_meta import DataFile, DeletionFile, FragmentMetadata
-from alance.dataset.lance_operation import LanceOperation, Transaction
-from alance.dataset.progress import ProgressEvents
-from alance.dataset.read import live_rows
-from alance.dataset.scan import Scanner
-from alance.dataset.snapshot import Snapshot, load_snapshot
-from alance.dataset.write import WriteParams
+from alance.dataset.fragments.data_file import run_plan
+from alance.dataset.fragments.deletions import WrittenFiles, apply_deletions, split_addresses
+from alance.dataset.fragments.metadata import DataFile, DeletionFile, FragmentMetadata
+from alance.dataset.fragments.progress import ProgressEvents
+from alance.dataset.fragments.read import live_rows
+from alance.dataset.fragments.write import WriteParams
+from alance.dataset.query.scan import Scanner
+from alance.dataset.versions.snapshot import Snapshot, load_snapshot
 from alance.errors import (
     CorruptFileError,
     DatasetNotFoundError,
@@ -291,7 +291,7 @@ async def write_fragments(data: Any, dataset_uri: Any, schema: pa.Schema | None 
         check_writer_flags(base.manifest.writer_feature_flags)
     arrow_schema = schema
     if arrow_schema is None:
-        from alance.dataset.inputs import record_batch_stream  # peek the data's schema
+        from alance.dataset.fragments.inputs import record_batch_stream  # peek the data's schema
         arrow_schema, stream = await record_batch_stream(data)
         data = _resumed(stream)
     if len(arrow_schema) == 0:

@@ -1,8 +1,8 @@
-"""Committing a hand-built :class:`~alance.dataset.lance_operation.LanceOperation` (pylance's
+"""Committing a hand-built :class:`~alance.dataset.commit.operations.LanceOperation` (pylance's
 ``LanceDataset.commit`` / ``commit_batch``).
 
 The operation becomes a wire transaction built on ``read_version`` and goes through
-:func:`alance.dataset.commit.commit_transaction`: concurrent commits since ``read_version``
+:func:`alance.dataset.commit.loop.commit_transaction`: concurrent commits since ``read_version``
 are rebased over when compatible, otherwise a typed
 :class:`~alance.errors.CommitConflictError` is raised and nothing becomes visible.
 """
@@ -18,16 +18,16 @@ from typing import Any
 from alance._proto import transaction_pb2
 from alance.commit.handler import ManifestLocation, manifest_path
 from alance.commit.lock import LockCommitHandler
-from alance.dataset.commit import DEFAULT_MAX_RETRIES, commit_transaction
-from alance.dataset.dataset import LanceDataset, _destination
-from alance.dataset.evolution import manifest_max_field_id
-from alance.dataset.lance_operation import (
+from alance.dataset.api import LanceDataset, _destination
+from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.commit.operations import (
     LANCE_COMMIT_MESSAGE_KEY,
     LanceOperation,
     Transaction,
     to_wire,
 )
-from alance.dataset.snapshot import Snapshot, load_snapshot
+from alance.dataset.evolution.new_columns import manifest_max_field_id
+from alance.dataset.versions.snapshot import Snapshot, load_snapshot
 from alance.errors import (
     AlreadyExistsError,
     CommitConflictError,

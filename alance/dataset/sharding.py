@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from alance.dataset.dataset import LanceDataset
+from alance.dataset.api import LanceDataset
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 
 __all__ = ["sharded_batches"]

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyroaring
 
+from alance._proto import table_pb2
 from alance.errors import CorruptFileError, InvalidInputError
 
 __all__ = [
@@ -225,3 +226,10 @@ def _decode_arrow(data: bytes | memoryview) -> np.ndarray:
     if column.null_count:
         raise CorruptFileError("deletion file contains null row offsets")
     return np.unique(column.to_numpy(zero_copy_only=False).astype(np.uint32, copy=False))
+
+
+def deletion_path(fragment: table_pb2.DataFragment) -> str:
+    """Path of the fragment's deletion file (which it must have)."""
+    df = fragment.deletion_file
+    kind = deletion_file_kind(df.file_type, f"fragment {fragment.id}")
+    return deletion_file_path(fragment.id, df.read_version, df.id, kind)

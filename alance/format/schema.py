@@ -550,4 +550,12 @@ def _same_storage_type(a: pa.DataType, b: pa.DataType) -> bool:
         return a.list_size == b.list_size and _same_storage_type(a.value_type, b.value_type)
     return bool(a.equals(b))
 
-
+def as_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with the (extension) types of ``schema``, whose storage types it already has."""
+    if batch.schema.equals(schema):
+        return batch
+    columns = [pa.ExtensionArray.from_storage(f.type, col)
+               if isinstance(f.type, pa.BaseExtensionType)
+               and not isinstance(col.type, pa.BaseExtensionType) else col
+               for f, col in zip(schema, batch.columns, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -7,7 +7,7 @@ table that counts 0 rows, rows that vanish), so :func:`validate_manifest` refuse
 :class:`~alance.errors.CorruptFileError` naming the manifest, the fragment and the field.
 
 What a data file really holds (its row count) is only known once it is opened; the dataset
-layer checks that against ``physical_rows`` (:mod:`alance.dataset.read`).
+layer checks that against ``physical_rows`` (:mod:`alance.dataset.fragments.read`).
 
 Pure: no IO.
 """

@@ -152,16 +152,16 @@ class DatasetStore:
         self.ranges_per_request = max(1, ranges_per_request)
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
+        #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).
+        self.reopen_with: Callable[..., DatasetStore] | None = None
 
     def __repr__(self) -> str:
         return f"DatasetStore({self.uri!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self.reopen_args is None:
+        if self.reopen_args is None or self.reopen_with is None:
             raise TypeError("this DatasetStore was not made by open_store and cannot be pickled")
-        from alance.io.uri import open_store
-
-        return (open_store, self.reopen_args)
+        return (self.reopen_with, self.reopen_args)
 
     def wrap_backend(self, wrap: Callable[[Backend], Backend]) -> None:
         """Put ``wrap(backend)`` in place of the backend (also after a fork switch)."""

@@ -105,6 +105,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     wrap = options.pop("wrap_backend", None)
     store = _open(uri, options)
     store.reopen_args = (store.uri or os.fspath(uri), dict(storage_options or {}))
+    store.reopen_with = open_store
     if wrap is not None:
         # For tests and instrumentation: e.g. a backend that injects faults or latency.
         store.wrap_backend(wrap)

@@ -8,7 +8,7 @@ or the ``columns`` option's), ``_rowid``, ``_row_created_at_version``,
 ``delete``). ``include_deleted=false`` leaves deleted rows out. Needs a dataset with stable
 row ids. One input partition per fragment of the end version (its inserts and updates) and,
 for deleted rows, one per fragment of the begin version
-(:mod:`alance.dataset.distributed_changes`).
+(:mod:`alance.dataset.distributed.changes`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from alance import _loop
-from alance.dataset import dataset as _async
-from alance.dataset.changes import ChangeFeed
-from alance.dataset.distributed_changes import ChangeTask, plan_change_tasks, scan_change_task
+from alance.dataset import api as _async
+from alance.dataset.distributed.changes import ChangeTask, plan_change_tasks, scan_change_task
+from alance.dataset.query.changes import ChangeFeed
 from alance.errors import SchemaMismatchError
 from alance.spark.types import spark_arrow_schema, spark_field, to_spark_batch
 
@@ -76,7 +76,7 @@ class ChangesReader(DataSourceReader):
                            self.batch_size)
 
     def partitions(self) -> list[InputPartition]:
-        """One partition per change task (see :mod:`alance.dataset.distributed_changes`)."""
+        """One partition per change task (see :mod:`alance.dataset.distributed.changes`)."""
         return [ChangePartition(t) for t in plan_change_tasks(self._feed())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

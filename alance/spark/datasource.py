@@ -46,10 +46,10 @@ from pyspark.sql.datasource import (
 )
 
 from alance import _loop, sync
-from alance.dataset import dataset as _async
-from alance.dataset.distributed import UncommittedFragments
-from alance.dataset.distributed_read import ReadTask, plan_read, scan_task
-from alance.dataset.row_ids import SYSTEM_COLUMNS
+from alance.dataset import api as _async
+from alance.dataset.distributed.read import ReadTask, plan_read, scan_task
+from alance.dataset.distributed.write import UncommittedFragments
+from alance.dataset.query.row_ids import SYSTEM_COLUMNS
 from alance.errors import InvalidInputError, SchemaMismatchError
 from alance.spark.changes import ChangesReader, change_feed, change_schema
 from alance.spark.filters import Converted, combine, convert_filter

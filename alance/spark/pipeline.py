@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 
 from alance import sync
-from alance.dataset.distributed import UncommittedFragments
-from alance.dataset.dml import DeleteResult, UpdateResult
+from alance.dataset.distributed.write import UncommittedFragments
+from alance.dataset.dml.results import DeleteResult, UpdateResult
 from alance.spark.types import spark_arrow_schema
 
 #: The column ``write_fragments`` returns: one pickled task result per row.
@@ -69,7 +69,7 @@ def write_dataframe(df: Any, uri: str | os.PathLike[str], mode: str = "append",
 def _run_tasks(spark: Any, plan: Any, tasks: list[Any]) -> list[Any]:
     """``plan.run`` for every task, one Spark task each; if the job fails, the plan is aborted
     (which also deletes the files of tasks that finished: see
-    :mod:`alance.dataset.distributed_staging`) and the error raised."""
+    :mod:`alance.dataset.distributed.staging`) and the error raised."""
     try:
         return spark.sparkContext.parallelize(tasks, len(tasks)).map(plan.run).collect()
     except BaseException:
@@ -107,11 +107,11 @@ def compact(spark: Any, uri: str | os.PathLike[str], *,
             **options: Any) -> sync.LanceDataset | None:
     """Compact the dataset with one Spark task per group of fragments and one commit.
 
-    ``options``: :class:`alance.dataset.compaction_plan.CompactionOptions` fields
+    ``options``: :class:`alance.dataset.maintenance.compaction_plan.CompactionOptions` fields
     (``target_rows_per_fragment``, ``materialize_deletions``, ...). Returns the new version,
     or ``None`` when there was nothing to compact.
     """
-    from alance.dataset.compaction_plan import CompactionOptions
+    from alance.dataset.maintenance.compaction_plan import CompactionOptions
 
     plan = sync.plan_distributed_compaction(uri, CompactionOptions(**options),
                                             storage_options=storage_options)

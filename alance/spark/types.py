@@ -47,7 +47,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from alance.dataset.row_ids import SYSTEM_COLUMNS
+from alance.dataset.query.row_ids import SYSTEM_COLUMNS
 from alance.errors import UnsupportedFeatureError
 
 #: Arrow field metadata key naming an extension type.

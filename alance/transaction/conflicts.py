@@ -7,7 +7,7 @@ version and the newest version is checked against it, following Lance's conflict
   (e.g. Append vs Append, Delete vs Append, Delete vs Delete of other fragments);
 * **rebasable** — compatible once the deletion vectors of fragments both deleted rows from are
   merged (Delete/Update vs Delete/Update of *different rows* of one fragment). The checker
-  records which fragments need that; :mod:`alance.dataset.rebase` does the IO;
+  records which fragments need that; :mod:`alance.dataset.commit.rebase` does the IO;
 * **retryable** — :class:`~alance.errors.RetryableCommitConflictError`: the operation must be
   planned again on the new version (e.g. an Update whose fragment a concurrent Rewrite
   replaced, or two deletes of the same row);

@@ -12,7 +12,7 @@ that created the row and the version that last updated it (see
   versions of the surviving rows) and writes them into fragments (:func:`attach_lineage`).
 
 Nothing here does IO: sequences stored in external files are loaded by
-:mod:`alance.dataset.row_ids`, and the external files :func:`attach_lineage` asks for are
+:mod:`alance.dataset.query.row_ids`, and the external files :func:`attach_lineage` asks for are
 written by its caller.
 """
 
@@ -96,7 +96,7 @@ def rewrite_lineage(sources: Sequence[FragmentLineage], output_rows: Sequence[in
     """Lineage of the fragments a rewrite (compaction) writes from ``sources``.
 
     ``sources`` are the full lineages of the old fragments (one entry per physical row, e.g.
-    from :func:`alance.dataset.row_ids.fragment_lineage`), in the order their rows are
+    from :func:`alance.dataset.query.row_ids.fragment_lineage`), in the order their rows are
     written; ``deleted`` gives each one's deleted offsets (``None``: no deletions), which are
     dropped. ``output_rows`` are the new fragments' row counts, in order. Row ids and both
     versions move with their rows unchanged.
@@ -119,7 +119,7 @@ def inline_lineage(fragment: Fragment, default_version: int = 1) -> FragmentLine
 
     A missing version sequence reads as ``default_version`` (what pylance reports). A
     sequence stored in an external file needs IO: use
-    :func:`alance.dataset.row_ids.fragment_lineage` instead (``InvalidInputError`` here).
+    :func:`alance.dataset.query.row_ids.fragment_lineage` instead (``InvalidInputError`` here).
     """
     rows = int(fragment.physical_rows)
     if fragment.WhichOneof("row_id_sequence") != "inline_row_ids":

@@ -1,0 +1,262 @@
+"""Flat (exhaustive) nearest-neighbour search: ``scanner(nearest={...})`` without an index.
+
+The vector column is scanned fragment by fragment with the columns the result needs; each
+batch's distances to the query are computed with numpy and only the best ``k`` rows seen so
+far are kept, so memory stays bounded by ``k`` rows plus one batch. Distances are Lance's:
+``l2`` (the default; squared euclidean), ``cosine`` (1 - cosine similarity), ``dot``
+(1 - dot product); ties go to the lower row id. Rows with a null vector are never results.
+
+``prefilter=True`` applies the filter before the search (the ``k`` best matching rows);
+without it the filter is applied to the ``k`` best rows (which may leave fewer than ``k``),
+as pylance does. ``limit``/``offset`` then cut the ranked rows. The result holds the
+projected columns, then ``_distance`` (unless ``disable_scoring_autoprojection`` and the
+projection leaves it out), then ``_rowid``/``_rowaddr`` when asked for by flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.filter import compile_filter_and_columns
+
+if TYPE_CHECKING:
+    from alance.dataset.api import LanceDataset
+
+__all__ = ["DISTANCE", "NearestScanner", "distances"]
+
+#: The name of the distance column.
+DISTANCE = "_distance"
+_ROW_ID = "_rowid"
+_ROW_ADDRESS = "_rowaddr"
+_SYSTEM = frozenset({_ROW_ID, _ROW_ADDRESS, "_row_created_at_version",
+                     "_row_last_updated_at_version", DISTANCE})
+_METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
+#: Keys of ``nearest`` that tune index searches (a flat search has no index to tune).
+_INDEX_TUNING = {"nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor",
+                 "use_index", "ef", "fast_search"}
+
+
+def query_vector(q: Any) -> np.ndarray:
+    """The query as a 1-d float32 array (a list, numpy array, pyarrow array or scalar)."""
+    if isinstance(q, pa.ExtensionScalar):
+        q = q.value
+    if isinstance(q, pa.Scalar):
+        q = q.as_py()
+    if isinstance(q, pa.Array | pa.ChunkedArray):
+        q = q.to_numpy(zero_copy_only=False)
+    try:
+        vector = np.asarray(q, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"nearest: the query is not a vector of numbers: {exc}") from exc
+    if not len(vector):
+        raise InvalidInputError("nearest: the query vector is empty")
+    return vector
+
+
+def distances(vectors: np.ndarray, query: np.ndarray, metric: str) -> np.ndarray:
+    """Distance of every row of ``vectors`` (n x dim) to ``query`` (float32)."""
+    if metric == "l2":
+        diff = vectors - query
+        return np.einsum("ij,ij->i", diff, diff)
+    dots = vectors @ query
+    if metric == "dot":
+        return (1.0 - dots).astype(np.float32)
+    wide = vectors.astype(np.float64)
+    norms = np.linalg.norm(wide, axis=1) * np.linalg.norm(query.astype(np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosine = np.clip(1.0 - (wide @ query.astype(np.float64)) / norms, 0.0, 2.0)
+    return cosine.astype(np.float32)
+
+
+def _matrix(column: pa.Array | pa.ChunkedArray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors of a fixed-size-list column as (n x dim float32, validity)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if isinstance(column, pa.ExtensionArray):
+        column = column.storage
+    if not pa.types.is_fixed_size_list(column.type):
+        raise InvalidInputError(f"nearest: the column is {column.type}, not a fixed-size list "
+                                "of numbers")
+    if column.type.list_size != dim:
+        raise InvalidInputError(f"nearest: the query has {dim} dimensions, the column "
+                                f"{column.type.list_size}")
+    valid = np.ones(len(column), bool) if column.null_count == 0 else \
+        np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
+    # Every slot's values (null rows' too), whatever the array's offset and length.
+    values = column.values.slice(column.offset * dim, len(column) * dim)
+    if values.null_count:
+        values = values.fill_null(np.nan)
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(column), dim), valid
+
+
+class NearestScanner:
+    """A scan that returns the rows nearest to a query vector (see the module)."""
+
+    def __init__(self, dataset: LanceDataset, nearest: Mapping[str, Any],
+                 columns: Sequence[str] | Mapping[str, str] | None, filter: Any,
+                 limit: int | None, offset: int | None, batch_size: int | None,
+                 with_row_id: bool, with_row_address: bool, fragments: Sequence[Any] | None,
+                 prefilter: bool, disable_scoring_autoprojection: bool,
+                 options: Mapping[str, Any]) -> None:
+        if isinstance(columns, Mapping):
+            raise UnsupportedFeatureError("nearest with SQL projections is not supported; "
+                                          "project by column names")
+        unknown = set(nearest) - {"column", "q", "k", "metric", "distance_type"} - _INDEX_TUNING
+        if unknown:
+            raise InvalidInputError(f"nearest: unknown keys {sorted(unknown)}")
+        if "column" not in nearest or "q" not in nearest:
+            raise InvalidInputError("nearest needs 'column' and 'q'")
+        self.column = str(nearest["column"])
+        self.query = query_vector(nearest["q"])
+        k = nearest.get("k", 10)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidInputError(f"nearest: k must be a positive integer, not {k!r}")
+        self.k = k
+        metric = str(nearest.get("metric") or nearest.get("distance_type") or "l2").lower()
+        if metric not in _METRICS:
+            raise InvalidInputError(f"nearest: metric must be one of {sorted(_METRICS)}, not "
+                                    f"{metric!r}")
+        self.metric = _METRICS[metric]
+        schema = dataset.schema
+        if self.column not in schema.names:
+            raise InvalidInputError(f"nearest: no column {self.column!r} (columns: "
+                                    f"{schema.names})")
+        self.dataset = dataset
+        self.filter = filter
+        self.prefilter = bool(prefilter)
+        self.limit, self.offset = limit, offset or 0
+        self.batch_size = batch_size
+        self.fragments = fragments
+        self.options = dict(options)
+        self.with_row_id, self.with_row_address = with_row_id, with_row_address
+        names = list(columns) if columns is not None else [
+            n for n in schema.names if n not in _SYSTEM]
+        self.projection = names
+        self.distance_shown = DISTANCE in names or not (
+            disable_scoring_autoprojection and columns is not None)
+        filter_columns: list[str] = []
+        if filter is not None and not self.prefilter and isinstance(filter, str):
+            _, filter_columns = compile_filter_and_columns(filter, schema)
+        wanted = [n for n in names if n != DISTANCE]
+        self._read = list(dict.fromkeys([*wanted, self.column, *filter_columns, _ROW_ID]))
+        if with_row_address and _ROW_ADDRESS not in self._read:
+            self._read.append(_ROW_ADDRESS)
+        if filter is not None and not self.prefilter and not isinstance(filter, str):
+            raise UnsupportedFeatureError("nearest with a post-filter needs the filter as SQL "
+                                          "text (or prefilter=True)")
+
+    # -- output -----------------------------------------------------------------------------
+    def _order(self) -> list[str]:
+        out = [n for n in self.projection if n != DISTANCE or self.distance_shown]
+        if self.distance_shown and DISTANCE not in out:
+            out.append(DISTANCE)
+        if self.with_row_id and _ROW_ID not in out:
+            out.append(_ROW_ID)
+        if self.with_row_address and _ROW_ADDRESS not in out:
+            out.append(_ROW_ADDRESS)
+        return out
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The schema of the result."""
+        base = self.dataset.schema
+        fields = []
+        for name in self._order():
+            if name == DISTANCE:
+                fields.append(pa.field(DISTANCE, pa.float32()))
+            elif name in (_ROW_ID, _ROW_ADDRESS):
+                fields.append(pa.field(name, pa.uint64()))
+            else:
+                fields.append(base.field(name))
+        return pa.schema(fields)
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the result (pylance's name)."""
+        return self.output_schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The schema of the dataset version searched."""
+        return self.dataset.schema
+
+    # -- the search ---------------------------------------------------------------------------
+    async def _ranked(self) -> pa.Table:
+        inner = self.dataset.scanner(
+            self._read, self.filter if self.prefilter else None, batch_size=self.batch_size,
+            fragments=self.fragments, **self.options)
+        best: pa.Table | None = None
+        dim = len(self.query)
+        async for batch in inner.to_batches():
+            if not batch.num_rows:
+                continue
+            vectors, valid = _matrix(batch.column(self.column), dim)
+            dist = distances(vectors, self.query, self.metric)
+            keep = np.flatnonzero(valid & ~np.isnan(dist))
+            if len(keep) > self.k:
+                keep = keep[np.argpartition(dist[keep], self.k - 1)[: self.k]]
+            part = pa.Table.from_batches([batch]).take(pa.array(keep)).append_column(
+                DISTANCE, pa.array(dist[keep], pa.float32()))
+            best = part if best is None else pa.concat_tables([best, part])
+            if best.num_rows > self.k:
+                best = _top(best, self.k)
+        if best is None:
+            empty = {f.name: pa.array([], f.type) for f in self.output_schema}
+            return pa.table(empty, schema=self.output_schema)
+        best = _top(best, self.k)
+        if self.filter is not None and not self.prefilter:
+            expr, _ = compile_filter_and_columns(self.filter, best.schema)
+            best = best.filter(expr)
+        if self.offset or self.limit is not None:
+            stop = None if self.limit is None else self.offset + self.limit
+            best = best.slice(self.offset, None if stop is None else stop - self.offset)
+        return best.select(self._order())
+
+    async def to_table(self) -> pa.Table:
+        """The nearest rows, closest first."""
+        table = await self._ranked()
+        return table.cast(self.output_schema) if not table.schema.equals(
+            self.output_schema) else table
+
+    def write_source(self) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch]]:
+        """The schema and batches a writer takes when this search is passed as data."""
+        return self.output_schema, self.to_batches()
+
+    async def to_batches(self) -> AsyncIterator[pa.RecordBatch]:
+        """The nearest rows as record batches."""
+        table = await self.to_table()
+        for batch in table.to_batches(max_chunksize=self.batch_size or None):
+            yield batch
+
+    async def count_rows(self) -> int:
+        """How many rows the search returns."""
+        return (await self._ranked()).num_rows
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """The search as text."""
+        where = (f", prefilter={self.filter!r}" if self.prefilter and self.filter is not None
+                 else f", postfilter={self.filter!r}" if self.filter is not None else "")
+        return (f"KNNFlat: column={self.column}, k={self.k}, metric={self.metric}{where}\n"
+                f"  LanceScan: columns={self._read}")
+
+    def explain(self) -> str:
+        """The search as text."""
+        return self.explain_plan()
+
+    async def analyze_plan(self) -> str:
+        """Run the search and describe it."""
+        rows = await self.count_rows()
+        return f"{self.explain_plan()}\n  metrics: output_rows={rows}"
+
+
+def _top(table: pa.Table, k: int) -> pa.Table:
+    """The ``k`` rows of smallest distance, ordered by distance then row id."""
+    order = pc.sort_indices(table, sort_keys=[(DISTANCE, "ascending"), (_ROW_ID, "ascending")])
+    return table.take(order.slice(0, k))
