@@ -28,7 +28,6 @@ PACKAGE_LAYERS = [
     ["transaction", "commit"],
     ["dataset"],
     ["file"],
-    ["sync_schema", "sync_file"],
     ["sync"],
     ["spark", "cli", "testing"],
 ]
@@ -171,7 +170,7 @@ def test_no_private_names_across_packages() -> None:
     """The CLI, Spark and the sync facade use the dataset layer's public names only."""
     wrong = []
     for module, deps in GRAPH.items():
-        if _package(module) not in ("cli", "spark", "sync", "sync_fragment", "sync_file"):
+        if _package(module) not in ("cli", "spark", "sync"):
             continue
         for dep, names in deps.items():
             if _package(dep) == _package(module):

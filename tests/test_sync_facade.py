@@ -245,7 +245,8 @@ def test_pickle_sync_dataset(written: tuple[str, pa.Table]) -> None:
                          capture_output=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=repo))
     assert out.returncode == 0, out.stderr.decode()
-    assert out.stdout.decode().split() == ["alance.sync", "1", str(N_ROWS), str(N_ROWS - 1)]
+    assert out.stdout.decode().split() == ["alance.sync.dataset", "1", str(N_ROWS),
+                                           str(N_ROWS - 1)]
 
 
 # -- the facade mirrors the async API ----------------------------------------------------------
