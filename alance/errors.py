@@ -4,21 +4,29 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
 
     AlanceError
     ├── InvalidInputError (also ValueError)
-    │   ├── SchemaMismatchError
+    │   ├── SchemaMismatchError        (also OSError)
     │   ├── UnrepresentableValueError
-    │   └── PathOutsideDatasetError
+    │   ├── RowCountMismatchError      (also OSError)
+    │   ├── MergeInsertMatchError
+    │   ├── PathOutsideDatasetError
+    │   ├── ArgumentTypeError          (also TypeError)
+    │   └── JobFinishedError           (a task of a committed or aborted distributed job)
     ├── NotFoundError (also FileNotFoundError)
-    │   └── DatasetNotFoundError
+    │   └── DatasetNotFoundError       (also ValueError)
     ├── AlreadyExistsError (also FileExistsError)
+    ├── EmptyWriteError (also OSError)
     ├── CorruptFileError
     ├── UnsupportedFeatureError
-    ├── CommitConflictError
+    ├── TaggedVersionError             (cleanup would remove tagged versions)
+    ├── CommitConflictError (also OSError)
     │   ├── RetryableCommitConflictError   (re-plan the operation on the new version)
     │   └── IncompatibleTransactionError   (cannot succeed as planned; do not retry blindly)
     └── StoreError
         ├── TransientStoreError       (retried by alance before it reaches you)
         ├── CommitOutcomeUnknownError (a commit may or may not have happened)
         └── PermissionDeniedError     (also PermissionError)
+
+Every class is defined here (``tests/test_errors_tree.py`` checks this tree against the code).
 
 Lower layers (obstore, protobuf, pyarrow) are mapped to these at the boundary where alance calls
 them, with the original exception chained as ``__cause__``.
@@ -59,6 +67,15 @@ class MergeInsertMatchError(InvalidInputError):
     the table (nothing was written)."""
 
 
+class ArgumentTypeError(InvalidInputError, TypeError):
+    """An argument of the wrong type (a ``TypeError`` as in pylance, and an alance
+    :class:`InvalidInputError`)."""
+
+
+class JobFinishedError(InvalidInputError):
+    """A task wrote for a planned distributed job that was already committed or aborted."""
+
+
 class PathOutsideDatasetError(InvalidInputError):
     """A path (e.g. in a manifest) would escape the dataset root."""
 
@@ -87,6 +104,11 @@ class CorruptFileError(AlanceError):
 
 class UnsupportedFeatureError(AlanceError):
     """The data uses a feature this version of alance does not implement (e.g. a feature flag)."""
+
+
+class TaggedVersionError(AlanceError):
+    """Cleanup would remove tagged versions (delete the tags or pass
+    ``error_if_tagged_old_versions=False``)."""
 
 
 class CommitConflictError(AlanceError, OSError):
@@ -155,20 +177,24 @@ __all__ = [
     "no_such_column",
     "AlanceError",
     "AlreadyExistsError",
+    "ArgumentTypeError",
     "CommitConflictError",
     "CommitOutcomeUnknownError",
     "CorruptFileError",
     "DatasetNotFoundError",
+    "EmptyWriteError",
     "IncompatibleTransactionError",
     "InvalidInputError",
+    "JobFinishedError",
     "MergeInsertMatchError",
-    "RowCountMismatchError",
     "NotFoundError",
     "PathOutsideDatasetError",
     "PermissionDeniedError",
     "RetryableCommitConflictError",
+    "RowCountMismatchError",
     "SchemaMismatchError",
     "StoreError",
+    "TaggedVersionError",
     "TransientStoreError",
     "UnrepresentableValueError",
     "UnsupportedFeatureError",

@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 
 import alance
-from alance.dataset.versions.cleanup import TaggedVersionError, _Refs
+from alance.dataset.versions.cleanup import _Refs
 from alance.dataset.versions.snapshot import load_snapshot
+from alance.errors import TaggedVersionError
 from tests.s3_servers import S3Target
 
 ZERO = dt.timedelta(0)

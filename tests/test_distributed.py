@@ -15,10 +15,11 @@ import pytest
 
 import alance
 from alance.dataset.distributed.read import ReadTask, plan_read, scan_task
-from alance.dataset.distributed.write import JobFinishedError, UncommittedFragments, plan_write
+from alance.dataset.distributed.write import UncommittedFragments, plan_write
 from alance.errors import (
     AlreadyExistsError,
     InvalidInputError,
+    JobFinishedError,
     SchemaMismatchError,
     UnrepresentableValueError,
 )

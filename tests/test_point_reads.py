@@ -255,7 +255,7 @@ def _file_take(path: Path, idx: list[int], names: list[str],
     data = path.read_bytes()
     file = run_plan(open_file(len(data)), fetch_from(data))
     assert file.schema is not None
-    reader = V2FileReader(file, file.schema, coalesce_gap=0)
+    reader = V2FileReader(file, file.schema)
     steps: list[list[tuple[int, int]]] = []
 
     def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:

@@ -191,7 +191,16 @@ _PERMANENT_STATUS = (400, 405, 409, 411, 412, 413, 416)
 
 
 def _status_in(exc: BaseException, codes: Sequence[int]) -> bool:
-    """Whether obstore's generic error reports one of these HTTP status codes."""
+    """Whether obstore's generic error reports one of these HTTP status codes.
+
+    A structured status (an integer ``status`` / ``status_code`` attribute) is used when the
+    error carries one; obstore 0.12's ``GenericError`` carries only its message, so the status
+    is then read from the message's wording.
+    """
+    for attribute in ("status", "status_code"):
+        status = getattr(exc, attribute, None)
+        if isinstance(status, int):
+            return status in codes
     text = str(exc)
     return any(f"status code: {code}" in text or f"Client error with status {code}" in text
                or f"status: {code}" in text for code in codes)

@@ -25,7 +25,7 @@ from alance.commit.lock import LockCommitHandler
 from alance.commit.registry import HandlerSpec
 from alance.dataset import api as _api
 from alance.dataset.dml.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
-from alance.dataset.evolution.config import MetadataUpdate
+from alance.dataset.evolution.config import MetadataUpdate, warn_deprecated
 from alance.dataset.fragments.read import live_rows
 from alance.dataset.maintenance import stats as _stats
 from alance.dataset.query import blobs as _blobs
@@ -345,8 +345,19 @@ class LanceDataset(Twin, of=_A):
     update_metadata = blocking(_A.update_metadata, returns=_moves_values)
     update_schema_metadata = blocking(_A.update_schema_metadata, returns=_moves_values)
     update_field_metadata = blocking(_A.update_field_metadata, returns=_moves_none)
-    replace_schema_metadata = blocking(_A.replace_schema_metadata, returns=_moves_none)
-    replace_field_metadata = blocking(_A.replace_field_metadata, returns=_moves_none)
+
+    # Deprecated (as in pylance): the warning is raised here, in the caller's thread, so that
+    # it points at the caller's line.
+    def replace_schema_metadata(self, new_metadata: Mapping[str, str]) -> None:
+        """Deprecated (as in pylance): ``update_schema_metadata(new_metadata, replace=True)``."""
+        warn_deprecated("replace_schema_metadata", "update_schema_metadata(..., replace=True)")
+        self.update_schema_metadata(new_metadata, replace=True)
+
+    def replace_field_metadata(self, field_name: str | int,
+                               new_metadata: Mapping[str, str]) -> None:
+        """Deprecated (as in pylance): ``update_field_metadata({field: ...}, replace=True)``."""
+        warn_deprecated("replace_field_metadata", "update_field_metadata(..., replace=True)")
+        self.update_field_metadata({field_name: new_metadata}, replace=True)
 
     # -- version management ----------------------------------------------------------------------
     @property

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alance._proto import table_pb2
-from alance.errors import AlanceError, InvalidInputError, NotFoundError
+from alance.errors import AlanceError, JobFinishedError, NotFoundError
 from alance.format.deletion import deletion_path
 from alance.format.manifest import DATA_DIR
 from alance.format.v2.blob import sidecar_owner
@@ -36,10 +36,6 @@ from alance.io.uri import open_store
 STAGING_DIR = "_alance_staging"
 #: The marker that says a planned job still accepts files.
 OPEN_MARKER = "open"
-
-
-class JobFinishedError(InvalidInputError):
-    """A task wrote for a planned job that was already committed or aborted."""
 
 
 def staging_dir(job_id: str) -> str:

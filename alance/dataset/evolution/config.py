@@ -33,7 +33,7 @@ from alance.dataset.commit.loop import (
     commit_transaction,
 )
 from alance.dataset.versions.snapshot import Snapshot
-from alance.errors import InvalidInputError, NotFoundError
+from alance.errors import ArgumentTypeError, NotFoundError
 from alance.format.schema import LanceField, LanceSchema
 from alance.io.store import DatasetStore
 from alance.transaction.operations import new_update_config
@@ -48,11 +48,6 @@ log = logging.getLogger(__name__)
 #: A field named by its path (``"a"``, ``"s.x"``, ``"`odd.name`.x"``) or by its id.
 FieldRef = str | int
 MapChanges = Mapping[str, str | None]
-
-
-class ArgumentTypeError(InvalidInputError, TypeError):
-    """An argument of the wrong type (a ``TypeError`` as in pylance, and an alance
-    :class:`~alance.errors.InvalidInputError`)."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,12 @@ from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler, ManifestLocation
 from alance.dataset.versions.snapshot import Snapshot, load_snapshot_at
 from alance.dataset.versions.tags import Tags
-from alance.errors import AlanceError, InvalidInputError, NotFoundError, UnsupportedFeatureError
+from alance.errors import (
+    InvalidInputError,
+    NotFoundError,
+    TaggedVersionError,
+    UnsupportedFeatureError,
+)
 from alance.format.deletion import deletion_path
 from alance.format.manifest import DATA_DIR, TRANSACTIONS_DIR, VERSIONS_DIR
 from alance.format.v2.blob import sidecar_owner
@@ -53,11 +58,6 @@ BRANCHES_DIR = "_refs/branches"
 ROW_IDS_DIR = "_rowids"
 #: Manifests read / objects deleted concurrently.
 PARALLELISM = 16
-
-
-class TaggedVersionError(AlanceError):
-    """Cleanup would remove tagged versions (delete the tags or pass
-    ``error_if_tagged_old_versions=False``)."""
 
 
 @dataclass(frozen=True)

@@ -158,11 +158,14 @@ def _check_ranges(request: Sequence[Range], file_size: int) -> None:
             f"byte range {bad[0]}..{bad[1]} lies outside the file ({file_size} bytes)")
 
 
-def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
-    """Wrap ``plan`` so each step's ranges are checked against the file and coalesced.
+def coalesced(plan: Plan[T], *, file_size: int) -> Plan[T]:
+    """Wrap ``plan`` so each step's ranges are checked against the file, and overlapping or
+    touching ranges are asked for once.
 
-    The wrapped plan receives read-only views (``memoryview``) into the fetched buffers
-    where a range is part of a larger read.
+    Gaps between ranges are not bridged here: how far apart two ranges may be and still be
+    read in one request is IO policy, and the store decides it
+    (:meth:`alance.io.store.DatasetStore.get_ranges`). The wrapped plan receives read-only
+    views (``memoryview``) into the fetched buffers where a range is part of a larger one.
     """
     try:
         request = next(plan)
@@ -170,7 +173,7 @@ def coalesced(plan: Plan[T], *, gap: int, file_size: int) -> Plan[T]:
         return done.value  # type: ignore[no-any-return]
     while True:
         _check_ranges(request, file_size)
-        merged, group, offset = _merge(request, gap)
+        merged, group, offset = _merge(request, 0)
         response = yield merged
         if len(response) != len(merged):
             raise CorruptFileError("IO layer returned the wrong number of ranges")

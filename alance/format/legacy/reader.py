@@ -27,7 +27,6 @@ from alance.format.schema import LanceField, LanceSchema
 T = TypeVar("T")
 
 DEFAULT_TAIL_SIZE = 64 * 1024
-DEFAULT_COALESCE_GAP = 16 * 1024
 
 
 @dataclass
@@ -106,7 +105,7 @@ def open_file(file_size: int, field_ids: Sequence[int] | None = None, *,
     manifest or page table start before it.
     """
     plan = _open_file(file_size, field_ids, tail_size, tail)
-    return coalesced(plan, gap=0, file_size=file_size)
+    return coalesced(plan, file_size=file_size)
 
 
 def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
@@ -181,8 +180,7 @@ class LegacyFileReader:
     """
 
     def __init__(self, file: LegacyFile, schema: LanceSchema | None = None, *,
-                 dictionaries: Mapping[int, pa.Array] | None = None,
-                 coalesce_gap: int = DEFAULT_COALESCE_GAP):
+                 dictionaries: Mapping[int, pa.Array] | None = None):
         """Bind an opened file to the schema used to interpret it."""
         schema = schema if schema is not None else file.schema
         if schema is None:
@@ -190,7 +188,6 @@ class LegacyFileReader:
         self.file = file
         self.schema = schema
         self.dictionaries: dict[int, pa.Array] = dict(dictionaries or {})
-        self.coalesce_gap = coalesce_gap
 
     @property
     def num_rows(self) -> int:
@@ -203,7 +200,7 @@ class LegacyFileReader:
         return self.file.num_batches
 
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
-        return coalesced(plan, gap=self.coalesce_gap, file_size=self.file.file_size)
+        return coalesced(plan, file_size=self.file.file_size)
 
     def _plan(self, schema: LanceSchema, spans: Spans) -> Plan[pa.RecordBatch]:
         pages = self.file.page_table.field_pages
@@ -306,5 +303,5 @@ class LegacyFileReader:
         return pa.RecordBatch.from_arrays(arrays, schema=sub.to_arrow())
 
 
-__all__ = ["DEFAULT_COALESCE_GAP", "DEFAULT_TAIL_SIZE", "LegacyFile", "LegacyFileReader",
+__all__ = ["DEFAULT_TAIL_SIZE", "LegacyFile", "LegacyFileReader",
            "open_file"]

@@ -187,7 +187,7 @@ def open_file(file_size: int, *, tail_size: int = DEFAULT_TAIL_SIZE,
 
     One step (the tail) when the metadata fits in ``tail_size`` bytes, else two.
     """
-    return coalesced(_guarded_open(file_size, tail_size, tail), gap=0, file_size=file_size)
+    return coalesced(_guarded_open(file_size, tail_size, tail), file_size=file_size)
 
 
 def _guarded_open(file_size: int, tail_size: int, tail: bytes | None) -> Plan[V2File]:

@@ -42,7 +42,9 @@ from alance.format.v2.levels import Layer, plan_levels, row_starts, unravel, vis
 from alance.format.v2.v20 import Rows20, read_field20
 
 T = TypeVar("T")
-DEFAULT_COALESCE_GAP = 64 * 1024
+#: Mini-block chunks of one page closer than this are fetched as one range (the page's
+#: chunks are decoded together; the store may still merge further ranges by its own policy).
+CHUNK_GAP = 64 * 1024
 
 
 class Rows:
@@ -98,10 +100,10 @@ def _read_miniblock(file: V2File, key: tuple[int, int], page: PageInfo,
         data = np.frombuffer(prefetched, dtype=np.uint8)
         starts = state.positions[chunks] - page.buffers[1][0]
     else:
-        ranges = miniblock.chunk_ranges(state, chunks, DEFAULT_COALESCE_GAP)
+        ranges = miniblock.chunk_ranges(state, chunks, CHUNK_GAP)
         got = yield ranges
         data, starts = miniblock.chunk_starts_in(_bytes(got), state, chunks,
-                                                 DEFAULT_COALESCE_GAP)
+                                                 CHUNK_GAP)
     rep, defs, values, row = miniblock.decode_chunks(layout, state, chunks, data, starts, wide,
                                                      rows.wanted)
     return miniblock.select_rows(layout, rep, defs, values, row, rows.wanted, rows.lo,
@@ -333,8 +335,7 @@ class V2FileReader:
     """
 
     def __init__(self, file: V2File, schema: LanceSchema | None = None, *,
-                 columns: Mapping[int, int] | None = None,
-                 coalesce_gap: int = DEFAULT_COALESCE_GAP) -> None:
+                 columns: Mapping[int, int] | None = None) -> None:
         """Bind an opened file to the schema used to interpret it."""
         schema = schema if schema is not None else file.schema
         if schema is None:
@@ -347,7 +348,6 @@ class V2FileReader:
             leaves = [leaf for f in schema.fields for leaf in leaves_of(f)]
             columns = {leaf.id: i for i, leaf in enumerate(leaves)}
         self.columns = dict(columns)
-        self.coalesce_gap = coalesce_gap
 
     @property
     def num_rows(self) -> int:
@@ -355,7 +355,7 @@ class V2FileReader:
         return self.file.num_rows
 
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
-        return coalesced(_guarded(plan), gap=self.coalesce_gap, file_size=self.file.file_size)
+        return coalesced(_guarded(plan), file_size=self.file.file_size)
 
     def _project(self, projection: LanceSchema | Sequence[int] | None) -> list[LanceField]:
         if projection is None:
@@ -455,4 +455,4 @@ class V2FileReader:
         return batch
 
 
-__all__ = ["DEFAULT_COALESCE_GAP", "Rows", "V2FileReader", "read_leaf"]
+__all__ = ["CHUNK_GAP", "Rows", "V2FileReader", "read_leaf"]
