@@ -6,8 +6,7 @@ name for name for blocking code.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from alance._version import __version__
 from alance.commit.handler import CommitHandler, ConditionalPutCommitHandler, ManifestLocation
 from alance.dataset.api import LanceDataset, open_dataset, write_dataset
 from alance.dataset.commit.operations import LanceOperation, Transaction

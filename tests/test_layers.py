@@ -23,7 +23,7 @@ DATASET_LAYERS = [
 #: The layers of the whole package, lowest first (a name imports only names before it; names on
 #: one row are peers that must not import each other).
 PACKAGE_LAYERS = [
-    ["errors", "_proto", "_loop"],
+    ["errors", "_proto", "_loop", "_version"],
     ["format", "io", "filter", "vector"],
     ["transaction", "commit"],
     ["dataset"],

@@ -18,10 +18,11 @@ Rules followed (as Lance applies them):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
-from alance import __version__
 from alance._proto import table_pb2, transaction_pb2
+from alance._version import __version__
 from alance.errors import InvalidInputError, RetryableCommitConflictError, UnsupportedFeatureError
 from alance.format.feature_flags import FeatureFlag, apply_feature_flags, check_writer_flags
 from alance.format.manifest import ManifestFile, make_writer_version
@@ -36,13 +37,6 @@ from alance.transaction.operations import (
 
 Fragment = table_pb2.DataFragment
 TOMBSTONE = -2
-
-#: Operations :func:`build_manifest` applies.
-BUILDABLE = frozenset({
-    "append", "delete", "overwrite", "create_index", "rewrite", "merge", "restore",
-    "reserve_fragments", "update", "project", "update_config", "data_replacement",
-    "update_bases",
-})
 
 
 def next_fragment_id(manifest: table_pb2.Manifest) -> int:
@@ -191,6 +185,131 @@ def _restored(base: ManifestFile, txn: transaction_pb2.Transaction, transaction_
                         prelude=source.prelude)
 
 
+@dataclass
+class _Step:
+    """What one operation changes while the next manifest is built."""
+
+    txn: transaction_pb2.Transaction
+    manifest: table_pb2.Manifest
+    fragments: list[Fragment]
+    indices: list[table_pb2.IndexMetadata]
+    field_ids: set[int]
+    ids: _Ids
+    #: The data storage version an Overwrite of an existing dataset switches to.
+    new_data_version: str | None
+    new_rows: list[Fragment] = field(default_factory=list)
+
+
+def _nothing(step: _Step) -> None:
+    """Operations that leave the rows (or the manifest's settings) alone."""
+
+
+def _append_rows(step: _Step) -> None:
+    step.new_rows = step.ids.assign(step.txn.append.fragments)
+    step.fragments += step.new_rows
+
+
+def _delete_rows(step: _Step) -> None:
+    d = step.txn.delete
+    step.fragments = _replace(step.fragments, d.deleted_fragment_ids, d.updated_fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+
+
+def _update_rows(step: _Step) -> None:
+    upd = step.txn.update
+    step.fragments = _replace(step.fragments, upd.removed_fragment_ids, upd.updated_fragments)
+    ix.prune_modified_fields(step.indices, [f.id for f in upd.updated_fragments],
+                             upd.fields_modified)
+    step.new_rows = step.ids.assign(upd.new_fragments)
+    step.fragments += step.new_rows
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+
+
+def _overwrite_rows(step: _Step) -> None:
+    step.fragments = step.new_rows = step.ids.assign(step.txn.overwrite.fragments)
+    step.indices = []
+    if step.new_data_version is not None:
+        step.manifest.data_format.version = step.new_data_version
+
+
+def _rewrite_rows(step: _Step) -> None:
+    step.fragments, groups = _rewrite(step.fragments, step.txn, step.ids,
+                                      step.manifest.version - 1)
+    ix.apply_rewrite(step.indices, list(step.txn.rewrite.rewritten_indices), groups)
+
+
+def _create_index_rows(step: _Step) -> None:
+    ci = step.txn.create_index
+    names = {i.name for i in ci.new_indices}
+    removed = {i.uuid.uuid for i in ci.removed_indices}
+    step.indices = [i for i in step.indices
+                    if i.name not in names and i.uuid.uuid not in removed]
+    step.indices += [_copy_index(i) for i in ci.new_indices]
+
+
+def _merge_rows(step: _Step) -> None:
+    step.fragments = _copies(step.txn.merge.fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+
+
+def _project_rows(step: _Step) -> None:
+    for frag in step.fragments:
+        keep = [f for f in frag.files if any(fid in step.field_ids for fid in f.fields)]
+        del frag.files[:]
+        frag.files.extend(keep)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+
+
+def _data_replacement_rows(step: _Step) -> None:
+    step.fragments = _replace_data(step.fragments, step.txn)
+
+
+def _overwrite_settings(step: _Step) -> None:
+    manifest = step.manifest
+    manifest.config.update(step.txn.overwrite.config_upsert_values)
+    taken = {int(b.id) for b in manifest.base_paths}
+    for new_base in step.txn.overwrite.initial_bases:
+        if int(new_base.id) in taken:
+            raise InvalidInputError(f"base path id {new_base.id} is already registered")
+        manifest.base_paths.append(new_base)
+
+
+def _update_config_settings(step: _Step) -> None:
+    _apply_config(step.manifest, step.txn)
+
+
+def _update_bases_settings(step: _Step) -> None:
+    _add_bases(step.manifest, step.txn.update_bases.new_bases)
+
+
+def _reserve_fragments_settings(step: _Step) -> None:
+    manifest = step.manifest
+    current = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else 0
+    manifest.max_fragment_id = current + step.txn.reserve_fragments.num_fragments
+
+
+#: What each operation does to the rows (fragments, indices) and then to the manifest's other
+#: settings (config, base paths, reserved ids). Restore is built apart (:func:`_restored`).
+_APPLY: dict[str, tuple[Callable[[_Step], None], Callable[[_Step], None]]] = {
+    "append": (_append_rows, _nothing),
+    "delete": (_delete_rows, _nothing),
+    "update": (_update_rows, _nothing),
+    "overwrite": (_overwrite_rows, _overwrite_settings),
+    "rewrite": (_rewrite_rows, _nothing),
+    "create_index": (_create_index_rows, _nothing),
+    "merge": (_merge_rows, _nothing),
+    "project": (_project_rows, _nothing),
+    "data_replacement": (_data_replacement_rows, _nothing),
+    "update_config": (_nothing, _update_config_settings),
+    "update_bases": (_nothing, _update_bases_settings),
+    "reserve_fragments": (_nothing, _reserve_fragments_settings),
+}
+
+#: Operations :func:`build_manifest` applies.
+BUILDABLE = frozenset(_APPLY) | {"restore"}
+
+
+
 def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, *,
                    transaction_file: str, data_storage_version: str = "0.1",
                    prelude: bytes | None = None,
@@ -238,57 +357,17 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     if op in ("overwrite", "merge"):
         metadata = txn.overwrite.schema_metadata if op == "overwrite" else txn.merge.schema_metadata
         _set_map(manifest.schema_metadata, dict(metadata))
-    field_ids = {int(f.id) for f in manifest.fields}
-    ids = _Ids(0 if op == "overwrite" else next_fragment_id(manifest))
+    step = _Step(txn, manifest, fragments, indices, {int(f.id) for f in manifest.fields},
+                 _Ids(0 if op == "overwrite" else next_fragment_id(manifest)),
+                 data_storage_version if base is not None else None)
+    rows, settings = _APPLY[op]
+    rows(step)
     stable = (bool(base.manifest.reader_feature_flags & FeatureFlag.STABLE_ROW_IDS)
               if base is not None else stable_row_ids)
-    new_rows: list[Fragment] = []
-
-    if op == "append":
-        new_rows = ids.assign(txn.append.fragments)
-        fragments += new_rows
-    elif op == "delete":
-        fragments = _replace(fragments, txn.delete.deleted_fragment_ids,
-                             txn.delete.updated_fragments)
-        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
-    elif op == "update":
-        upd = txn.update
-        fragments = _replace(fragments, upd.removed_fragment_ids, upd.updated_fragments)
-        ix.prune_modified_fields(indices, [f.id for f in upd.updated_fragments],
-                                 upd.fields_modified)
-        new_rows = ids.assign(upd.new_fragments)
-        fragments += new_rows
-        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
-    elif op == "overwrite":
-        fragments = new_rows = ids.assign(txn.overwrite.fragments)
-        indices = []
-        if base is not None:
-            manifest.data_format.version = data_storage_version
-    elif op == "rewrite":
-        fragments, groups = _rewrite(fragments, txn, ids, manifest.version - 1)
-        ix.apply_rewrite(indices, list(txn.rewrite.rewritten_indices), groups)
-    elif op == "create_index":
-        ci = txn.create_index
-        names = {i.name for i in ci.new_indices}
-        removed = {i.uuid.uuid for i in ci.removed_indices}
-        indices = [i for i in indices if i.name not in names and i.uuid.uuid not in removed]
-        indices += [_copy_index(i) for i in ci.new_indices]
-    elif op == "merge":
-        fragments = _copies(txn.merge.fragments)
-        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
-    elif op == "project":
-        for frag in fragments:
-            keep = [f for f in frag.files if any(fid in field_ids for fid in f.fields)]
-            del frag.files[:]
-            frag.files.extend(keep)
-        indices = ix.retain_relevant_indices(indices, field_ids, fragments)
-    elif op == "data_replacement":
-        fragments = _replace_data(fragments, txn)
-    # reserve_fragments and update_config leave fragments and indices alone
     if stable:
-        manifest.next_row_id = assign_new_rows(new_rows, int(manifest.next_row_id),
+        manifest.next_row_id = assign_new_rows(step.new_rows, int(manifest.next_row_id),
                                                int(manifest.version))
-
+    fragments, indices = step.fragments, step.indices
     fragments.sort(key=lambda f: f.id)
     for frag in fragments:
         if any(all(fid == TOMBSTONE for fid in f.fields) for f in frag.files):
@@ -301,20 +380,7 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
         top = max(f.id for f in fragments)
         if not manifest.HasField("max_fragment_id") or manifest.max_fragment_id < top:
             manifest.max_fragment_id = top
-    if op == "overwrite":
-        manifest.config.update(txn.overwrite.config_upsert_values)
-        taken = {int(b.id) for b in manifest.base_paths}
-        for new_base in txn.overwrite.initial_bases:
-            if int(new_base.id) in taken:
-                raise InvalidInputError(f"base path id {new_base.id} is already registered")
-            manifest.base_paths.append(new_base)
-    elif op == "update_config":
-        _apply_config(manifest, txn)
-    elif op == "update_bases":
-        _add_bases(manifest, txn.update_bases.new_bases)
-    elif op == "reserve_fragments":
-        current = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else 0
-        manifest.max_fragment_id = current + txn.reserve_fragments.num_fragments
+    settings(step)
     apply_feature_flags(manifest, stable_row_ids=stable)
     manifest.writer_version.CopyFrom(make_writer_version(__version__))
     _finish(manifest, txn, transaction_file)
