@@ -11,7 +11,6 @@ attempts that reported nothing (failed, killed, speculative) wrote.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Iterable, Mapping
@@ -22,9 +21,9 @@ from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.api import LanceDataset
 from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.distributed.job import Job
 from alance.dataset.distributed.staging import (
     discard,
-    finish_job,
     open_job,
     recording_store,
     referenced_files,
@@ -39,7 +38,7 @@ from alance.dataset.maintenance.compaction_plan import (
     plan_compaction,
 )
 from alance.dataset.versions.snapshot import Snapshot, load_snapshot
-from alance.errors import AlanceError, CommitOutcomeUnknownError, InvalidInputError
+from alance.errors import InvalidInputError
 from alance.format.manifest import DATA_DIR
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
@@ -59,7 +58,7 @@ class CompactionPart:
 
 
 @dataclass(frozen=True)
-class DistributedCompaction:
+class DistributedCompaction(Job):
     """A compaction planned on one version; picklable (the manifest travels with it)."""
 
     uri: str
@@ -110,46 +109,38 @@ class DistributedCompaction:
         if sorted(by_index) != self.tasks() and not partial:
             raise InvalidInputError(f"compaction tasks {sorted(set(self.tasks()) - set(by_index))}"
                                     " are missing; commit needs every task's result")
-        store = open_store(self.uri, self.storage_options)
-        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
+        store, handler = self._store(), self._handler()
         new = {i: p.fragment_protos() for i, p in by_index.items()}
         done = sorted(by_index)
         written = [f for i in done for f in new[i]]
-        try:
-            async with removed_on_failure(store, written, external_files(written)):
-                ids = iter(await reserve_fragment_ids(store, handler, self.snapshot,
-                                                      len(written), max_retries)
-                           if written else [])
-                groups = []
-                for i in done:
-                    for frag in new[i]:
-                        frag.id = next(ids)
-                    groups.append((self._group(i), new[i]))
-                snap = await commit_transaction(
-                    store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
-                    data_storage_version=self.snapshot.data_storage_version,
-                    max_retries=max_retries)
-        except CommitOutcomeUnknownError:
-            raise  # the files may be referenced now: keep everything
-        except BaseException:
-            await finish_job(store, self.job_id, set())
-            raise
+        async with self._committing(store), removed_on_failure(store, written,
+                                                              external_files(written)):
+            ids = iter(await reserve_fragment_ids(store, handler, self.snapshot,
+                                                  len(written), max_retries)
+                       if written else [])
+            groups = []
+            for i in done:
+                for frag in new[i]:
+                    frag.id = next(ids)
+                groups.append((self._group(i), new[i]))
+            snap = await commit_transaction(
+                store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
+                data_storage_version=self.snapshot.data_storage_version,
+                max_retries=max_retries)
         keep = referenced_files(snap.fragments) | await _sidecar_files(store, written)
-        await finish_job(store, self.job_id, keep)
+        await self._finish(store, keep)
         return LanceDataset(store, handler, snap)
 
     async def abort(self, parts: Iterable[CompactionPart | None]) -> None:
         """Delete what the job wrote: the files of ``parts`` and those of task attempts that
         reported nothing (best effort). Tasks still running fail."""
-        store = open_store(self.uri, self.storage_options)
-        await finish_job(store, self.job_id, set())
-        for p in parts:
-            if p is None:
-                continue
-            frags = p.fragment_protos()
-            with contextlib.suppress(AlanceError):
-                await external_files(frags).remove_all(store)
-                await delete_fragment_files(store, frags)
+        await self._abort_parts(parts, _remove_part)
+
+
+async def _remove_part(store: DatasetStore, part: CompactionPart) -> None:
+    frags = part.fragment_protos()
+    await external_files(frags).remove_all(store)
+    await delete_fragment_files(store, frags)
 
 
 async def _sidecar_files(store: DatasetStore, fragments: Iterable[table_pb2.DataFragment],

@@ -32,9 +32,9 @@ from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.api import LanceDataset
 from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.distributed.job import Job
 from alance.dataset.distributed.staging import (
     discard,
-    finish_job,
     open_job,
     recording_store,
     referenced_files,
@@ -53,7 +53,7 @@ from alance.dataset.fragments.read import ReadContext
 from alance.dataset.fragments.write import delete_fragment_files
 from alance.dataset.query.scan import ROW_ADDRESS, Scanner
 from alance.dataset.versions.snapshot import Snapshot, load_snapshot
-from alance.errors import AlanceError, CommitOutcomeUnknownError, InvalidInputError
+from alance.errors import AlanceError, InvalidInputError
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_delete, new_update
@@ -76,7 +76,7 @@ class DeletionPart:
 
 
 @dataclass(frozen=True)
-class DistributedDelete:
+class DistributedDelete(Job):
     """A delete planned on one version; picklable (the manifest travels with it)."""
 
     uri: str
@@ -115,33 +115,21 @@ class DistributedDelete:
                      max_retries: int = DEFAULT_MAX_RETRIES) -> DeleteResult:
         """Commit every task's deletions as ONE Delete; returns the new version and the
         number of rows deleted."""
-        store = open_store(self.uri, self.storage_options)
-        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
+        store, handler = self._store(), self._handler()
         updated, removed, affected, written = _merged([p for p in parts if p is not None])
         txn = new_delete(self.snapshot.version, updated, removed, self.predicate)
-        try:
+        async with self._committing(store, lambda: written.remove_all(store)):
             new = await commit_transaction(store, handler, self.snapshot, txn,
                                            max_retries=max_retries, affected_rows=affected)
-        except CommitOutcomeUnknownError:
-            raise
-        except BaseException:
-            await written.remove_all(store)
-            await finish_job(store, self.job_id, set())
-            raise
         await written.remove_unreferenced(store, new.fragments)
-        await finish_job(store, self.job_id, referenced_files(new.fragments))
+        await self._finish(store, referenced_files(new.fragments))
         return DeleteResult(LanceDataset(store, handler, new),
                             sum(len(v) for v in affected.values()))
 
     async def abort(self, parts: Iterable[DeletionPart | None]) -> None:
         """Delete the deletion files of the job: those of ``parts`` and those of task attempts
         that reported nothing (best effort). Tasks still running fail."""
-        store = open_store(self.uri, self.storage_options)
-        await finish_job(store, self.job_id, set())
-        for p in parts:
-            for path in p.written if p is not None else ():
-                with contextlib.suppress(AlanceError):
-                    await store.delete(path)
+        await self._abort_parts(parts, _remove_deletion_files)
 
 
 def _groups(snapshot: Snapshot, fragments_per_task: int) -> list[list[int]]:
@@ -220,7 +208,7 @@ class UpdatePart:
 
 
 @dataclass(frozen=True)
-class DistributedUpdate:
+class DistributedUpdate(Job):
     """An update planned on one version (Lance's rewrite-rows mode); picklable."""
 
     uri: str
@@ -281,8 +269,7 @@ class DistributedUpdate:
                      max_retries: int = DEFAULT_MAX_RETRIES) -> UpdateResult:
         """Commit every task's rewrite as ONE Update; returns the new version and the count."""
         got = [p for p in parts if p is not None]
-        store = open_store(self.uri, self.storage_options)
-        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
+        store, handler = self._store(), self._handler()
         updated, removed, affected, written = _merged([p.deletions for p in got])
         new_fragments = [table_pb2.DataFragment.FromString(b) for p in got
                          for b in p.new_fragments]
@@ -290,35 +277,36 @@ class DistributedUpdate:
         txn = new_update(self.snapshot.version, removed_fragment_ids=removed,
                          updated_fragments=updated, new_fragments=new_fragments,
                          fields_for_preserving_frag_bitmap=field_ids)
-        try:
-            new = await commit_transaction(store, handler, self.snapshot, txn,
-                                           max_retries=max_retries, affected_rows=affected)
-        except CommitOutcomeUnknownError:
-            raise
-        except BaseException:
+
+        async def undo() -> None:
             await written.remove_all(store)
             await delete_fragment_files(store, new_fragments)
-            await finish_job(store, self.job_id, set())
-            raise
+
+        async with self._committing(store, undo):
+            new = await commit_transaction(store, handler, self.snapshot, txn,
+                                           max_retries=max_retries, affected_rows=affected)
         await written.remove_unreferenced(store, new.fragments)
-        await finish_job(store, self.job_id, referenced_files(new.fragments))
+        await self._finish(store, referenced_files(new.fragments))
         return UpdateResult(LanceDataset(store, handler, new),
                             sum(len(v) for v in affected.values()))
 
     async def abort(self, parts: Iterable[UpdatePart | None]) -> None:
         """Delete what the job wrote: the files of ``parts`` and those of task attempts that
         reported nothing (best effort). Tasks still running fail."""
-        store = open_store(self.uri, self.storage_options)
-        await finish_job(store, self.job_id, set())
-        for p in parts:
-            if p is None:
-                continue
-            with contextlib.suppress(AlanceError):
-                await delete_fragment_files(store, [table_pb2.DataFragment.FromString(b)
-                                                    for b in p.new_fragments])
-            for path in p.deletions.written:
-                with contextlib.suppress(AlanceError):
-                    await store.delete(path)
+        await self._abort_parts(parts, _remove_update_files)
+
+
+async def _remove_deletion_files(store: DatasetStore, part: DeletionPart) -> None:
+    for path in part.written:
+        with contextlib.suppress(AlanceError):
+            await store.delete(path)
+
+
+async def _remove_update_files(store: DatasetStore, part: UpdatePart) -> None:
+    with contextlib.suppress(AlanceError):
+        await delete_fragment_files(store, [table_pb2.DataFragment.FromString(b)
+                                            for b in part.new_fragments])
+    await _remove_deletion_files(store, part.deletions)
 
 
 async def plan_update(uri: str | os.PathLike[str], updates: Mapping[str, Any],

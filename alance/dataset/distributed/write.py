@@ -25,7 +25,6 @@ files instead (a retried task must hand in its own new result, never an old one 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import uuid
@@ -39,12 +38,12 @@ from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.api import LanceDataset
 from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.distributed.job import Job
 from alance.dataset.distributed.staging import (
     OPEN_MARKER,
     STAGING_DIR,
     JobFinishedError,
     discard,
-    finish_job,
     open_job,
     recording_store,
     staging_dir,
@@ -61,9 +60,7 @@ from alance.dataset.fragments.write import (
 )
 from alance.dataset.versions.snapshot import Snapshot, load_snapshot
 from alance.errors import (
-    AlanceError,
     AlreadyExistsError,
-    CommitOutcomeUnknownError,
     DatasetNotFoundError,
     InvalidInputError,
     SchemaMismatchError,
@@ -101,7 +98,7 @@ class UncommittedFragments:
 
 
 @dataclass(frozen=True)
-class DistributedWrite:
+class DistributedWrite(Job):
     """A write planned on the driver, executed by many tasks, committed once.
 
     Make it with :func:`plan_write`; it pickles to every task (no IO on unpickling).
@@ -126,13 +123,6 @@ class DistributedWrite:
     def staging_dir(self) -> str:
         """Where this write's staging records live (relative to the dataset root)."""
         return staging_dir(self.job_id)
-
-    def _store(self) -> DatasetStore:
-        return open_store(self.uri, self.storage_options)
-
-    async def _finish(self, store: DatasetStore, keep: set[str]) -> None:
-        """Close the write (see :func:`finish_job`); ``keep``: data file names to keep."""
-        await finish_job(store, self.job_id, {f"{DATA_DIR}/{name}" for name in keep})
 
     async def write(self, data: Any, schema: pa.Schema | None = None) -> UncommittedFragments:
         """Write ``data`` (anything :func:`alance.write_dataset` takes) into new fragments.
@@ -220,20 +210,15 @@ class DistributedWrite:
         """
         fragments = self._collect(parts)
         store = self._store()
-        try:
+        async with self._committing(store):
             snap = await self._commit(store, fragments, max_retries)
-        except CommitOutcomeUnknownError:
-            raise  # the files may be referenced now: keep everything
-        except BaseException:
-            await self._finish(store, set())
-            raise
-        await self._finish(store, {f.path for frag in fragments for f in frag.files})
-        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
-        return LanceDataset(store, handler, snap)
+        await self._finish(store, {f"{DATA_DIR}/{f.path}" for frag in fragments
+                                   for f in frag.files})
+        return LanceDataset(store, self._handler(), snap)
 
     async def _commit(self, store: DatasetStore, fragments: list[table_pb2.DataFragment],
                       max_retries: int) -> Snapshot:
-        handler = commit_handler_for(self.uri, self.storage_options, self.commit_handler)
+        handler = self._handler()
         options: dict[str, Any] = {"data_storage_version": self.data_storage_version,
                    "naming_scheme": ManifestNamingScheme.V2, "max_retries": max_retries}
         async with removed_on_failure(store, fragments):
@@ -264,13 +249,12 @@ class DistributedWrite:
     async def abort(self, parts: Iterable[UncommittedFragments | None]) -> None:
         """Delete the data files of the write: those of ``parts`` and those of task attempts
         that reported nothing (best effort). Tasks still running fail."""
-        store = self._store()
-        await self._finish(store, set())
-        for part in parts:
-            if part is None or part.job_id != self.job_id:
-                continue
-            with contextlib.suppress(AlanceError):
-                await delete_fragment_files(store, part.fragment_protos())
+        await self._abort_parts((p for p in parts if p is None or p.job_id == self.job_id),
+                               _remove_fragments)
+
+
+async def _remove_fragments(store: DatasetStore, part: UncommittedFragments) -> None:
+    await delete_fragment_files(store, part.fragment_protos())
 
 
 def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
