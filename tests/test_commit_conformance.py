@@ -14,14 +14,11 @@ protection of their own) and with an asyncio lock. Every setup must give:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import lance
 import pytest
 
 import alance
@@ -40,31 +37,18 @@ from alance.commit.dynamodb import DynamoDBCommitHandler
 from alance.commit.handler import manifest_path
 from alance.errors import (
     CommitConflictError,
-    DatasetNotFoundError,
     InvalidInputError,
-    NotFoundError,
 )
 from alance.format.manifest import ManifestNamingScheme
-from alance.io.store import DatasetStore
 from alance.io.uri import open_store
-from tests.dynamodb_rig import DdbTarget, create_table, rows, sorted_ids
+from alance.testing.commit_handlers import CommitHandlerConformance, HandlerSetup, race
+from tests.dynamodb_rig import DdbTarget, create_table, rows
 
 TIMEOUT = 60
 RACERS = 8
 
 
-@dataclass
-class Setup:
-    """A dataset location and the handler under test."""
-
-    name: str
-    uri: str
-    options: dict[str, Any]
-    make: Callable[[], CommitHandler]
-    pylance_can_read: bool = True
-
-    def store(self) -> DatasetStore:
-        return open_store(self.uri, self.options)
+Setup = HandlerSetup
 
 
 SETUPS = ["put-local", "put-memory", "put-moto", "put-seaweedfs", "ddb-moto",
@@ -73,6 +57,7 @@ SETUPS = ["put-local", "put-memory", "put-moto", "put-seaweedfs", "ddb-moto",
 
 @pytest.fixture(params=SETUPS)
 def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Setup:
+    """Each of alance's handlers with a store it is meant for."""
     name = request.param
     local = str(tmp_path / "ds.lance")
     if name == "put-local":
@@ -101,87 +86,12 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Setup:
     return Setup(name, local, {}, lambda: LockCommitHandler(asyncio_lock))
 
 
-async def race(setup: Setup, version: int, scheme: ManifestNamingScheme,
-               ) -> tuple[list[int], list[BaseException]]:
-    """``RACERS`` handlers commit ``version`` at once; returns (winner indexes, errors)."""
-    store = setup.store()
+class TestHandlers(CommitHandlerConformance):
+    """alance's own handlers, through the shipped suite (:mod:`alance.testing.commit_handlers`)."""
 
-    async def one(i: int) -> int:
-        await setup.make().commit(store, version, b"manifest of racer %d" % i, scheme)
-        return i
-
-    results = await asyncio.gather(*(one(i) for i in range(RACERS)), return_exceptions=True)
-    winners = [r for r in results if isinstance(r, int)]
-    errors = [r for r in results if isinstance(r, BaseException)]
-    return winners, errors
-
-
-async def test_racing_commits_have_one_winner(setup: Setup) -> None:
-    store, handler = setup.store(), setup.make()
-    async with asyncio.timeout(TIMEOUT):
-        for version in (1, 2):
-            winners, errors = await race(setup, version, ManifestNamingScheme.V2)
-            assert len(winners) == 1, f"{len(winners)} winners for version {version}"
-            assert all(isinstance(e, CommitConflictError) for e in errors), errors
-            location = await handler.resolve(store, version)
-            assert await store.get(location.path) == b"manifest of racer %d" % winners[0]
-        assert (await handler.latest(store)).version == 2
-        assert [loc.version for loc in await handler.list_versions(store)] == [1, 2]
-
-
-@pytest.mark.parametrize("scheme", list(ManifestNamingScheme), ids=lambda s: s.value)
-async def test_versions_resolve_consistently(setup: Setup, scheme: ManifestNamingScheme) -> None:
-    store, handler = setup.store(), setup.make()
-    async with asyncio.timeout(TIMEOUT):
-        with pytest.raises(DatasetNotFoundError):
-            await handler.latest(store)
-        with pytest.raises(DatasetNotFoundError):
-            await handler.resolve(store, 1)
-        for version in range(1, 5):
-            loc = await handler.commit(store, version, b"v%d" % version, scheme)
-            assert (loc.version, loc.path) == (version, manifest_path(version, scheme))
-            assert (await handler.latest(store)).version == version
-        listed = await setup.make().list_versions(store)
-        assert [(loc.version, loc.path, loc.naming_scheme) for loc in listed] == [
-            (v, manifest_path(v, scheme), scheme) for v in range(1, 5)]
-        for version in range(1, 5):
-            loc = await setup.make().resolve(store, version)
-            assert loc.naming_scheme is scheme
-            assert await store.get(loc.path) == b"v%d" % version
-        with pytest.raises(NotFoundError) as missing:
-            await handler.resolve(store, 9)
-        assert not isinstance(missing.value, DatasetNotFoundError)
-        other = next(s for s in ManifestNamingScheme if s is not scheme)
-        with pytest.raises(CommitConflictError):  # taken, whatever the naming scheme
-            await handler.commit(store, 4, b"again", other)
-        assert await store.get(manifest_path(4, scheme)) == b"v4"
-
-
-async def test_concurrent_appends_keep_every_row(setup: Setup) -> None:
-    writers, per_writer = 4, 3
-    async with asyncio.timeout(TIMEOUT):
-        await alance.write_dataset(rows(0, 5), setup.uri, storage_options=setup.options,
-                                   commit_handler=setup.make())
-
-        async def writer(w: int) -> None:
-            for k in range(per_writer):
-                await alance.write_dataset(rows(1000 * (w + 1) + 10 * k, 5), setup.uri,
-                                           mode="append", storage_options=setup.options,
-                                           commit_handler=setup.make())
-
-        await asyncio.gather(*(writer(w) for w in range(writers)))
-        ds = await alance.open_dataset(setup.uri, storage_options=setup.options,
-                                       commit_handler=setup.make())
-    expected = sorted([*range(5), *(1000 * (w + 1) + 10 * k + j for w in range(writers)
-                                    for k in range(per_writer) for j in range(5))])
-    assert ds.version == 1 + writers * per_writer
-    assert [v["version"] for v in await ds.versions()] == list(range(1, ds.version + 1))
-    assert sorted_ids(await ds.to_table()) == expected
-    if setup.pylance_can_read:
-        theirs = await asyncio.to_thread(lance.dataset, setup.uri,
-                                         storage_options=setup.options or None)
-        assert theirs.version == ds.version
-        assert sorted_ids(theirs.to_table()) == expected
+    @pytest.fixture
+    def handler_setup(self, setup: Setup) -> HandlerSetup:
+        return setup
 
 
 async def test_race_detector_catches_a_lock_that_excludes_nothing(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from alance.errors import (
 )
 from alance.format.manifest import ManifestNamingScheme
 from alance.io.uri import open_store
+from alance.testing.faults import FaultPlan
 from tests.dynamodb_rig import (
     DdbTarget,
     FaultProxy,
@@ -42,7 +43,6 @@ from tests.dynamodb_rig import (
     rows,
     sorted_ids,
 )
-from tests.faults import FaultPlan
 
 __all__ = ["ddb_target"]  # the fixture, imported for pytest
 

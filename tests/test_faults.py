@@ -1,6 +1,6 @@
 """Faults, delays and bad configuration: reads stay exact, failed writes change nothing.
 
-A :class:`tests.faults.FaultyBackend` is put under alance's store through the ``wrap_backend``
+A :class:`alance.testing.faults.FaultyBackend` is put under alance's store through the
 storage option, on local disk and on a real S3 server (moto over HTTP on 127.0.0.1). Reads must
 return exactly the rows written however many calls fail transiently (retries absorb them).
 Writes must either succeed with the right rows or raise a typed alance error and leave the
@@ -33,7 +33,7 @@ from alance.errors import (
     TransientStoreError,
 )
 from alance.io.uri import open_store
-from tests.faults import READ_OPERATIONS, FaultPlan
+from alance.testing.faults import READ_OPERATIONS, FaultPlan
 from tests.s3_servers import S3Target
 
 TIMEOUT = 30  # seconds any one test may take before it counts as hung

@@ -53,7 +53,7 @@ from alance.format.v2.blocks import Variable, to_arrow
 from alance.format.validate import MAX_FRAGMENT_ROWS, validate_manifest
 from alance.io.backends import map_error, raise_mapped
 from alance.io.uri import open_store
-from tests.faults import FaultPlan
+from alance.testing.faults import FaultPlan
 
 
 def part(start: int, n: int) -> pa.Table:

@@ -22,13 +22,12 @@ import pytest
 
 from alance.errors import (
     AlreadyExistsError,
-    CorruptFileError,
     NotFoundError,
-    PathOutsideDatasetError,
 )
 from alance.io.backends import DictBackend, PosixBackend
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
+from alance.testing.stores import StoreConformance
 from tests.conftest_s3 import S3_BACKENDS, s3_target_by_name
 from tests.s3_servers import S3Target
 
@@ -103,10 +102,13 @@ def uri_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return _backend(request, tmp_path, request.param)
 
 
-@pytest.fixture
-def store(backend: Backend) -> DatasetStore:
-    """A fresh, empty dataset store."""
-    return backend.store()
+class TestStores(StoreConformance):
+    """alance's own backends, through the shipped suite (:mod:`alance.testing.stores`)."""
+
+    @pytest.fixture
+    def store(self, backend: Backend) -> DatasetStore:
+        """A fresh, empty dataset store of each backend kind."""
+        return backend.store()
 
 
 def _blob(n: int, seed: int = 0) -> bytes:
@@ -114,74 +116,7 @@ def _blob(n: int, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(n)
 
 
-# -- reads ----------------------------------------------------------------------------------
-async def test_get_roundtrip_and_missing(store: DatasetStore) -> None:
-    data = _blob(100_000)
-    await store.put("data/a.bin", data)
-    await store.put("empty.bin", b"")
-    assert await store.get("data/a.bin") == data
-    assert await store.get("empty.bin") == b""
-    with pytest.raises(NotFoundError):
-        await store.get("data/missing.bin")
-    with pytest.raises(NotFoundError):
-        await store.get_range("data/missing.bin", 0, 10)
-    with pytest.raises(NotFoundError):
-        await store.head("missing.bin")
-
-
-async def test_get_range_and_ranges(store: DatasetStore) -> None:
-    data = _blob(300_000, seed=3)
-    await store.put("f.bin", data)
-    assert await store.get_range("f.bin", 0, 10) == data[:10]
-    assert await store.get_range("f.bin", 299_990, 300_000) == data[-10:]
-    assert await store.get_ranges("f.bin", []) == []
-    ranges = [(5, 5), (100, 200), (0, 0), (250_000, 300_000), (100, 200), (1, 2)]
-    got = await store.get_ranges("f.bin", ranges)
-    assert [bytes(b) for b in got] == [data[s:e] for s, e in ranges]
-
-
-async def test_many_coalescable_ranges(store: DatasetStore) -> None:
-    data = _blob(2 * MiB, seed=7)
-    await store.put("f.bin", data)
-    # 400 small ranges with small gaps (coalescable), in shuffled order, plus some far apart.
-    ranges = [(i * 5000, i * 5000 + 100 + i % 17) for i in range(400)]
-    ranges = ranges[::2] + ranges[1::2] + [(2 * MiB - 7, 2 * MiB), (MiB, MiB + 70_000)]
-    got = await store.get_ranges("f.bin", ranges)
-    assert len(got) == len(ranges)
-    for (s, e), buf in zip(ranges, got, strict=True):
-        assert bytes(buf) == data[s:e]
-
-
-@pytest.mark.parametrize("rng", [(10, 12), (20, 30), (5, 15)],
-                         ids=["at-end", "beyond-end", "straddling-end"])
-async def test_range_past_end_is_typed_error(store: DatasetStore, rng: tuple[int, int]) -> None:
-    await store.put("ten.bin", b"0123456789")
-    with pytest.raises(CorruptFileError):
-        await store.get_range("ten.bin", *rng)
-    with pytest.raises(CorruptFileError):
-        await store.get_ranges("ten.bin", [(0, 2), rng])
-
-
-async def test_head_and_exists(store: DatasetStore) -> None:
-    await store.put("_versions/1.manifest", b"x" * 1234)
-    meta = await store.head("_versions/1.manifest")
-    assert meta.path == "_versions/1.manifest"
-    assert meta.size == 1234
-    assert await store.exists("_versions/1.manifest")
-    assert not await store.exists("_versions/2.manifest")
-    assert not await store.exists("_versions")  # a "directory" is not an object
-
-
 # -- listing ------------------------------------------------------------------------------------
-async def test_list_recursive_relative_paths(store: DatasetStore) -> None:
-    files = {"data/a.lance": 3, "data/sub/b.lance": 5, "data/sub/deeper/c.lance": 7,
-             "_versions/1.manifest": 11, "data2/other.lance": 1, "datafile": 2}
-    await asyncio.gather(*(store.put(p, b"z" * n) for p, n in files.items()))
-    listed = {m.path: m.size for m in await store.list("data")}
-    assert listed == {p: n for p, n in files.items() if p.startswith("data/")}
-    assert {m.path for m in await store.list("_versions")} == {"_versions/1.manifest"}
-    assert await store.list("nothing") == []
-    assert await store.list("data/sub/deeper") != []
 
 
 async def test_list_isolated_between_datasets(backend: Backend) -> None:
@@ -196,37 +131,7 @@ async def test_list_isolated_between_datasets(backend: Backend) -> None:
         await a.get("data/y.lance")
 
 
-async def test_list_empty_store(store: DatasetStore) -> None:
-    assert await store.list("_versions") == []
-    assert await store.list("data") == []
-
-
 # -- writes -------------------------------------------------------------------------------------
-async def test_put_overwrites(store: DatasetStore) -> None:
-    await store.put("a.bin", b"first")
-    await store.put("a.bin", b"second version")
-    assert await store.get("a.bin") == b"second version"
-    assert (await store.head("a.bin")).size == len(b"second version")
-
-
-async def test_put_if_absent(store: DatasetStore) -> None:
-    await store.put_if_absent("_versions/1.manifest", b"winner")
-    with pytest.raises(AlreadyExistsError):
-        await store.put_if_absent("_versions/1.manifest", b"loser")
-    assert await store.get("_versions/1.manifest") == b"winner"
-
-
-async def test_put_if_absent_race_tasks(store: DatasetStore) -> None:
-    async def create(i: int) -> int:
-        await store.put_if_absent("_versions/7.manifest", f"writer {i}".encode())
-        return i
-
-    results = await asyncio.gather(*(create(i) for i in range(16)), return_exceptions=True)
-    winners = [r for r in results if isinstance(r, int)]
-    losers = [r for r in results if isinstance(r, BaseException)]
-    assert len(winners) == 1, results
-    assert all(isinstance(e, AlreadyExistsError) for e in losers), losers
-    assert await store.get("_versions/7.manifest") == f"writer {winners[0]}".encode()
 
 
 def _race_child(uri: str, options: dict[str, Any], i: int, barrier: Any, out: Any) -> None:
@@ -266,35 +171,9 @@ def test_put_if_absent_race_processes(request: pytest.FixtureRequest, tmp_path: 
     assert got == f"proc {winner}".encode()
 
 
-async def test_copy(store: DatasetStore) -> None:
-    await store.put("src.bin", b"source bytes")
-    await store.put("dst.bin", b"old")
-    await store.copy("src.bin", "dst.bin")  # overwrite is the default
-    assert await store.get("dst.bin") == b"source bytes"
-    await store.put("src.bin", b"changed")
-    with pytest.raises(AlreadyExistsError):
-        await store.copy("src.bin", "dst.bin", overwrite=False)
-    assert await store.get("dst.bin") == b"source bytes"
-    await store.copy("src.bin", "new/dst.bin", overwrite=False)
-    assert await store.get("new/dst.bin") == b"changed"
-    with pytest.raises(NotFoundError):
-        await store.copy("missing.bin", "x.bin")
-    assert not await store.exists("x.bin")
-
-
-async def test_delete(store: DatasetStore) -> None:
-    await store.put("a.bin", b"a")
-    await store.put("ab.bin", b"ab")
-    await store.delete("a.bin")
-    assert not await store.exists("a.bin")
-    with pytest.raises(NotFoundError):
-        await store.get("a.bin")
-    await store.delete("a.bin")  # missing: not an error
-    await store.delete("never/was/here.bin")
-    assert await store.get("ab.bin") == b"ab"
-
-
 # -- streaming writes -----------------------------------------------------------------------
+
+
 async def test_open_writer_multipart(backend: Backend) -> None:
     store = backend.store()
     chunks = [_blob(3 * MiB + 17, seed=s) for s in range(4)]  # ~12 MiB in 6 MiB parts
@@ -314,13 +193,6 @@ async def test_open_writer_multipart(backend: Backend) -> None:
         expected[6 * MiB - 3:6 * MiB + 3]
 
 
-async def test_open_writer_small(store: DatasetStore) -> None:
-    async with store.open_writer("data/small.lance") as w:
-        for i in range(100):
-            await w.write(f"{i},".encode())
-    assert await store.get("data/small.lance") == "".join(f"{i}," for i in range(100)).encode()
-
-
 class _Boom(Exception):
     pass
 
@@ -338,22 +210,9 @@ async def test_open_writer_failure_leaves_nothing(backend: Backend, size: int) -
     assert backend.open_multipart_uploads() == []  # started uploads are aborted
 
 
-# -- paths --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["../x", "/abs/x", "a/../../x", "..", "s3://other/x", "a\\b",
-                                  "", "."])
-async def test_path_escape_refused(store: DatasetStore, path: str) -> None:
-    for call in (lambda: store.get(path), lambda: store.put(path, b"x"),
-                 lambda: store.put_if_absent(path, b"x"), lambda: store.head(path),
-                 lambda: store.delete(path), lambda: store.get_range(path, 0, 1),
-                 lambda: store.copy("a.bin", path)):
-        with pytest.raises(PathOutsideDatasetError):
-            await call()
-    if path not in ("", "."):  # listing the root itself may be allowed
-        with pytest.raises(PathOutsideDatasetError):
-            await store.list(path)
-
-
 # -- pickling (Spark ships stores and datasets to workers) -------------------------------------
+
+
 async def test_store_pickles(uri_backend: Backend) -> None:
     store = uri_backend.store()
     await store.put("data/p.bin", b"pickled")
@@ -401,4 +260,3 @@ def test_spawned_process_reads_pickled_dataset(request: pytest.FixtureRequest, t
 
 def _count_rows(blob: bytes) -> int:
     return int(pickle.loads(blob).count_rows())
-
