@@ -165,9 +165,9 @@ def test_explicit_handler_overrides_scheme() -> None:
 
 
 @pytest.mark.parametrize("spec", [
-    "tests.test_commit_conformance:COUNTING",
-    "tests.test_commit_conformance.COUNTING",
-    "tests.test_commit_conformance:counting_factory",
+    "tests.commit.test_commit_conformance:COUNTING",
+    "tests.commit.test_commit_conformance.COUNTING",
+    "tests.commit.test_commit_conformance:counting_factory",
 ])
 async def test_dotted_name_selects_handler(spec: str, tmp_path: Path) -> None:
     before = CountingHandler.commits
@@ -179,14 +179,15 @@ async def test_dotted_name_selects_handler(spec: str, tmp_path: Path) -> None:
 
 
 def test_dotted_name_of_a_class_is_instantiated() -> None:
-    made = commit_handler_for("/tmp/x", None, "tests.test_commit_conformance:CountingHandler")
+    made = commit_handler_for("/tmp/x", None,
+                              "tests.commit.test_commit_conformance:CountingHandler")
     assert type(made) is CountingHandler and made is not COUNTING
 
 
 @pytest.mark.parametrize("spec", ["nodots", "no.such.module:Handler",
-                                  "tests.test_commit_conformance:Missing",
-                                  "tests.test_commit_conformance:RACERS",
-                                  "tests.test_commit_conformance:Setup"])
+                                  "tests.commit.test_commit_conformance:Missing",
+                                  "tests.commit.test_commit_conformance:RACERS",
+                                  "tests.commit.test_commit_conformance:Setup"])
 def test_bad_dotted_names_are_refused(spec: str) -> None:
     with pytest.raises(InvalidInputError):
         commit_handler_for("/tmp/x", None, spec)

@@ -24,7 +24,7 @@ from alance.format.schema import LanceSchema
 from alance.format.v2 import V2FileReader, open_file
 from alance.format.v2 import writer as v2writer
 from alance.format.v2.writer import V2FileWriter
-from tests.test_v2_read_matrix import _same
+from tests.format.test_v2_read_matrix import _same
 
 VERSIONS = ("2.1", "2.2")
 N = 8

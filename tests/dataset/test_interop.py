@@ -12,7 +12,7 @@ import pytest
 import alance
 from alance import sync as al
 from alance.errors import UnrepresentableValueError
-from tests.test_dataset import all_types_table
+from tests.dataset.test_dataset import all_types_table
 
 
 def sample(n: int, start: int = 0) -> pa.Table:

@@ -1,7 +1,7 @@
 """A generated matrix of datasets alance writes as 2.1 / 2.2 (and 2.0) that pylance must read
 identically.
 
-The tables are those of the read matrix (:mod:`tests.test_v2_read_matrix`: every type the
+The tables are those of the read matrix (:mod:`tests.format.test_v2_read_matrix`: every type the
 version holds x nulls, empties, nested nulls, long values, large lists, low cardinality and
 random data), at 0, 1 and many rows, plus 1M rows of a few cheap types. alance writes them;
 pylance must return exactly the source rows for a full read, a projection, a take of random
@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 import pytest
 
 from alance import sync as al
-from tests.test_v2_read_matrix import FLAVORS, make_table
-from tests.test_v2_read_matrix import _same as _same_plain
+from tests.format.test_v2_read_matrix import FLAVORS, make_table
+from tests.format.test_v2_read_matrix import _same as _same_plain
 
 VERSIONS = ("2.1", "2.2")
 #: 2.0 cells (files of 2.0 datasets alance appends to): fewer flavors, to keep the time down.

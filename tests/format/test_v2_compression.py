@@ -18,7 +18,7 @@ from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.v2 import open_file
 from alance.format.v2.encode_compress import bitpack, fastlanes_pack, pack_levels, rle
 from alance.format.v2.kernels import unpack_fastlanes
-from tests.test_v2_read_matrix import _same
+from tests.format.test_v2_read_matrix import _same
 
 VERSIONS = ("2.1", "2.2")
 I64 = np.iinfo(np.int64)

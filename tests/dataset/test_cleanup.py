@@ -187,7 +187,7 @@ async def test_concurrent_writer_process(tmp_path: Path) -> None:
     await alance.write_dataset(table(0, 50), uri, data_storage_version="legacy")
     writer = subprocess.Popen([sys.executable, "-c", WRITER, uri, "3"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              cwd=str(Path(__file__).resolve().parent.parent))
+                              cwd=str(Path(__file__).resolve().parents[2]))
     runs = removed = data_removed = 0
     tagged = None
     try:

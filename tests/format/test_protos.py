@@ -22,7 +22,7 @@ from alance.format.manifest import (
     make_writer_version,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _table(n: int = 50) -> pa.Table:

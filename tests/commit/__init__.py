@@ -1,0 +1,1 @@
+"""Tests of the commit handlers, transactions, conflicts and concurrent writers."""

@@ -1,0 +1,1 @@
+"""Tests of the filter and SQL expression compilation, JSON functions."""

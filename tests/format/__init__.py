@@ -1,0 +1,2 @@
+"""Tests of the format layer: files, pages, encodings, manifests, deletion files, protobufs
+(no IO)."""
