@@ -139,14 +139,14 @@ async def cmd_inspect(args: argparse.Namespace, out: _Output) -> None:
                           "deletion_file": frag.HasField("deletion_file"),
                           "row_ids": frag.WhichOneof("row_id_sequence")})
     tags = await ds.tags.list()
-    listed = await asyncio.gather(*(ds._store.list(d) for d in STORAGE_DIRS))
+    listed = await asyncio.gather(*(ds.store.list(d) for d in STORAGE_DIRS))
     storage = {d: {"files": len(metas), "bytes": sum(m.size for m in metas)}
                for d, metas in zip(STORAGE_DIRS, listed, strict=True)}
     info: dict[str, Any] = {
         "uri": ds.uri, "version": ds.version, "latest_version": await ds.latest_version(),
         "data_storage_version": ds.data_storage_version,
         "writer": f"{m.writer_version.library} {writer_version_string(m.writer_version)}",
-        "timestamp": manifest_time(ds._snapshot),
+        "timestamp": manifest_time(ds.snapshot),
         "reader_feature_flags": int(m.reader_feature_flags),
         "writer_feature_flags": int(m.writer_feature_flags),
         "schema": [{"name": f.name, "id": f.id, "type": str(f.data_type),
@@ -158,10 +158,10 @@ async def cmd_inspect(args: argparse.Namespace, out: _Output) -> None:
         "fragments": fragments,
         "indices": [{"name": i.name, "fields": list(i.fields), "uuid": index_uuid(i),
                      "dataset_version": int(i.dataset_version)}
-                    for i in ds._snapshot.manifest_file.indices],
+                    for i in ds.snapshot.manifest_file.indices],
         "tags": {name: t.version for name, t in tags.items()},
         "config": dict(m.config),
-        "num_versions": len(await ds._handler.list_versions(ds._store)),
+        "num_versions": len(await ds.commit_handler.list_versions(ds.store)),
         "storage": storage,
     }
     summary = _table(f"{ds.uri} @ version {ds.version}", ["property", "value"], [
@@ -195,10 +195,10 @@ async def _snapshots(ds: LanceDataset) -> list[Snapshot]:
 
     async def one(loc: ManifestLocation) -> Snapshot:
         async with sem:
-            return await load_snapshot_at(ds._store, loc)
+            return await load_snapshot_at(ds.store, loc)
 
     return list(await asyncio.gather(*(one(loc) for loc in
-                                       await ds._handler.list_versions(ds._store))))
+                                       await ds.commit_handler.list_versions(ds.store))))
 
 
 async def cmd_versions(args: argparse.Namespace, out: _Output) -> None:

@@ -180,3 +180,26 @@ def test_no_private_names_across_packages() -> None:
             if private and not dep.startswith(("alance._loop", "alance._proto")):
                 wrong.append(f"{module}: {dep}")
     assert wrong == []
+
+
+def test_no_private_attributes_of_the_dataset_layer_from_outside() -> None:
+    """The CLI, Spark and the sync facade do not read the dataset layer's private attributes
+    (``ds._snapshot``...): they use its public properties (``ds.snapshot``...)."""
+    private: set[str] = set()
+    for name, path in MODULES.items():
+        if _package(name) != "dataset":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "self" and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                private.add(node.attr)
+    wrong = []
+    for name, path in MODULES.items():
+        if _package(name) not in ("cli", "spark", "sync"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in private
+                    and ast.unparse(node.value) not in ("self", "cls")):
+                wrong.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert wrong == []

@@ -183,6 +183,33 @@ class LanceDataset:
         """The Lance schema (field ids, logical types) of this version."""
         return self._snapshot.schema
 
+    # -- what the handle is made of (for tools built on alance: the CLI, engines) ---------------
+    @property
+    def store(self) -> DatasetStore:
+        """The dataset's object store (alance's IO layer: ranged reads, listing, puts)."""
+        return self._store
+
+    @property
+    def commit_handler(self) -> CommitHandler:
+        """The commit handler this dataset commits through."""
+        return self._handler
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """This version as loaded: its manifest file, schema and fragments."""
+        return self._snapshot
+
+    @property
+    def default_scan_options(self) -> dict[str, Any]:
+        """The scanner arguments this handle applies by default (see
+        :meth:`with_default_scan_options`)."""
+        return dict(self._scan_defaults)
+
+    @property
+    def read_context(self) -> ReadContext:
+        """The reading state of this version (opened files, caches) that scans share."""
+        return self._ctx
+
     @property
     def manifest(self) -> table_pb2.Manifest:
         """The raw manifest message of this version."""

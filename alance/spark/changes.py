@@ -32,7 +32,7 @@ def change_feed(begin: _async.LanceDataset | None, end: _async.LanceDataset,
                 columns: list[str] | None, include_deleted: bool,
                 batch_size: int | None) -> ChangeFeed:
     """The feed between two opened versions (no IO: both are loaded already)."""
-    return ChangeFeed(begin._ctx if begin is not None else None, end._ctx, columns,
+    return ChangeFeed(begin.read_context if begin is not None else None, end.read_context, columns,
                       include_deleted=include_deleted, batch_size=batch_size)
 
 

@@ -197,8 +197,9 @@ class LanceDataset(Twin, of=_A):
 
     def _moved_to(self, dataset: _api.LanceDataset) -> LanceDataset:
         """Point this object at ``dataset`` (the version a call just committed)."""
-        if self._async._scan_defaults and not dataset._scan_defaults:
-            dataset = dataset.with_default_scan_options(self._async._scan_defaults)
+        defaults = self._async.default_scan_options
+        if defaults and not dataset.default_scan_options:
+            dataset = dataset.with_default_scan_options(defaults)
         self._async = dataset
         return self
 
@@ -226,6 +227,31 @@ class LanceDataset(Twin, of=_A):
         """The Lance schema of this version (pylance's view: ``fields()``, ``field(name)``,
         ``to_pyarrow()``; alance's own attributes also answer)."""
         return LanceSchema(self._async.lance_schema)
+
+    @property
+    def store(self) -> Any:
+        """The dataset's object store (see :attr:`alance.LanceDataset.store`)."""
+        return self._async.store
+
+    @property
+    def commit_handler(self) -> Any:
+        """The commit handler this dataset commits through."""
+        return self._async.commit_handler
+
+    @property
+    def snapshot(self) -> Any:
+        """This version as loaded: its manifest file, schema and fragments."""
+        return self._async.snapshot
+
+    @property
+    def default_scan_options(self) -> dict[str, Any]:
+        """The scanner arguments this handle applies by default."""
+        return self._async.default_scan_options
+
+    @property
+    def read_context(self) -> Any:
+        """The reading state of this version that scans share."""
+        return self._async.read_context
 
     @property
     def manifest(self) -> Any:
@@ -569,7 +595,7 @@ def manifest_needs_migration(dataset: LanceDataset) -> bool:
     """Whether the dataset's manifest lacks fields newer writers fill in (pylance's
     ``lance.lance.manifest_needs_migration``); the next commit adds them."""
     from alance.format.manifest import needs_migration
-    snap = dataset._async._snapshot
+    snap = dataset._async.snapshot
     section = snap.manifest_file.index_section
     return needs_migration(snap.manifest, section.indices if section is not None else ())
 

@@ -13,7 +13,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -80,13 +80,13 @@ class LanceFileReader(Twin, of=_R):
     num_rows = forwarding(_R.num_rows)
 
 
-def _serialised(method: Callable[P, R]) -> Callable[P, R]:
+def _serialised(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """``method`` holding the writer's lock: threads sharing a writer take turns."""
 
     @functools.wraps(method)
-    def locked(*args: P.args, **kwargs: P.kwargs) -> R:
-        with args[0]._lock:  # type: ignore[attr-defined]
-            return method(*args, **kwargs)
+    def locked(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
 
     return locked
 
