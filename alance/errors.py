@@ -72,6 +72,13 @@ class DatasetNotFoundError(NotFoundError, ValueError):
     ``ValueError``, which pylance raises for a path that holds no dataset)."""
 
 
+class IndexNotFoundError(AlanceError, KeyError):
+    """No index of that name (pylance raises ``KeyError`` here too)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class AlreadyExistsError(AlanceError, FileExistsError):
     """An object that must be new already exists (e.g. creating an existing dataset)."""
 
@@ -161,6 +168,7 @@ __all__ = [
     "DatasetNotFoundError",
     "IncompatibleTransactionError",
     "InvalidInputError",
+    "IndexNotFoundError",
     "MergeInsertMatchError",
     "RowCountMismatchError",
     "NotFoundError",

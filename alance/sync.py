@@ -42,6 +42,7 @@ from alance.dataset.scan import Scanner as _AsyncScanner
 from alance.dataset.tags import Tag
 from alance.dataset.tags import Tags as _AsyncTags
 from alance.errors import InvalidInputError
+from alance.index.api import SyncIndexMethods  # [alance.index hook]
 
 T = TypeVar("T")
 
@@ -114,7 +115,7 @@ class Scanner:
         return _loop.run(self._async.count_rows())
 
 
-class LanceDataset:
+class LanceDataset(SyncIndexMethods):  # [alance.index hook] (alance.index.api)
     """Blocking twin of :class:`alance.LanceDataset`, with pylance's object semantics.
 
     As in pylance, calls that commit a new version (``insert``, ``delete``, ``update``,
@@ -512,6 +513,10 @@ class LanceStats:
     def data_stats(self) -> _stats.DataStatistics:
         """Bytes on disk of every field."""
         return _loop.run(self._async.data_stats())
+
+    def index_stats(self, index_name: str) -> dict[str, Any]:  # [alance.index hook]
+        """Statistics of one index (see :func:`alance.index.api.index_stats`)."""
+        return dict(_loop.run(self._async.index_stats(index_name)))
 
 
 class DatasetOptimizer:

@@ -80,6 +80,7 @@ from alance.errors import (
 from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
+from alance.index.api import IndexMethods  # [alance.index hook]
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
 from alance.transaction.operations import new_append, new_overwrite, new_update_bases
@@ -109,7 +110,7 @@ def _destination(uri: Any, storage_options: Mapping[str, Any] | None,
     return open_store(uri, storage_options), _handler_for(uri, storage_options, handler)
 
 
-class LanceDataset:
+class LanceDataset(IndexMethods):  # [alance.index hook] index methods (alance.index.api)
     """One version of a Lance dataset, opened for reading (and as the base of new commits).
 
     Instances are cheap, immutable views: writing returns a new instance for the new version.
