@@ -80,6 +80,12 @@ def test_explain_names_the_index(indexed: str) -> None:
     assert "OR(" in text and "v_idx" in text and "cat_idx" in text
     assert "scalar index" not in ds.scanner(filter="id = 5").explain()
     assert "scalar index" not in ds.scanner(filter="v = 5", use_scalar_index=False).explain()
+    plan = ds.scanner(filter="v = 5").explain_plan(True)
+    assert "ScalarIndexQuery: query=[v = 5]@v_idx(BTree)" in plan
+    assert "ScalarIndexQuery" not in ds.scanner(filter="v = 5",
+                                                use_scalar_index=False).explain_plan(True)
+    analyzed = ds.scanner(filter="v = 5").analyze_plan()
+    assert "ScalarIndexQuery" in analyzed and "rows_scanned=" in analyzed
 
 
 def test_index_narrows_what_is_read(indexed: str) -> None:
@@ -236,3 +242,45 @@ def test_alance_built_index_with_stable_row_ids(tmp_path: Path) -> None:
     for sql in ("v = 5", "v < 50", "cat = 'c1'", "cat IS NULL"):
         assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=sql).explain_plan(True)
         _check_same(uri, sql)
+
+
+ZONE_FILTERS = ["x < 500", "x > 9000 AND x < 9300", "x = 15000", "i IS NULL AND x < 300",
+                "i >= 19990", "i IN (5, 17000)", "x < -1"]
+
+
+def _zoned(n: int = 20_000) -> pa.Table:
+    return pa.table({"x": pa.array(np.arange(n, dtype=np.float64)),
+                     "i": pa.array([None if k % 5 == 0 else k for k in range(n)], pa.int32())})
+
+
+def test_pylance_built_zonemap(tmp_path: Path) -> None:
+    uri = str(tmp_path / "zones")
+    ds = lance.write_dataset(_zoned(), uri, max_rows_per_file=12_000)
+    ds.delete("x < 100 OR (x > 9000 AND x < 9100)")
+    ds.create_scalar_index("x", "ZONEMAP")
+    ds.create_scalar_index("i", "ZONEMAP")
+    lance.write_dataset(_zoned(500), uri, mode="append")
+    ours = al.dataset(uri)
+    assert "@x_idx(ZoneMap)" in ours.scanner(filter="x < 500").explain()
+    for sql in ZONE_FILTERS:
+        _check_same(uri, sql)
+    scan = ours.scanner(filter="i > 15000")
+    scan.to_table()
+    assert scan.stats.rows_scanned == 8000  # the second fragment's one zone (the append: pruned)
+
+
+def test_pylance_uses_alance_built_zonemap(tmp_path: Path) -> None:
+    uri = str(tmp_path / "zones_built")
+    al.write_dataset(_zoned(), uri, max_rows_per_file=12_000)
+    al.dataset(uri).delete("x < 100 OR (x > 9000 AND x < 9100)")
+    ds = al.dataset(uri)
+    ds.create_scalar_index("x", "ZONEMAP")
+    ds.create_scalar_index("i", "zonemap")
+    pl = lance.dataset(uri)
+    assert [d.index_type for d in pl.describe_indices()] == ["ZoneMap", "ZoneMap"]
+    for sql in ZONE_FILTERS:
+        assert "ZoneMap" in pl.scanner(filter=sql).explain_plan(True), sql
+        theirs = pl.to_table(filter=sql)
+        assert theirs.equals(pl.scanner(filter=sql, use_scalar_index=False).to_table()), sql
+        assert theirs.equals(ds.to_table(filter=sql)), sql
+    assert ds.stats.index_stats("x_idx") == pl.stats.index_stats("x_idx")

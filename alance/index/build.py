@@ -28,7 +28,7 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.file import LanceFileWriter
-from alance.index import bitmap, btree
+from alance.index import bitmap, btree, zonemap
 from alance.index.describe import user_indices
 from alance.index.types import SCALAR_KINDS, index_dir, scalar_kind
 from alance.transaction.indices import write_bitmap
@@ -91,7 +91,7 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     """Write the files of a ``kind`` index over ``column``; ``(name, size)`` of each."""
     # As pylance writes them (alance.index.reader.records_row_ids): BTREE pages hold row
     # addresses; bitmaps hold stable row ids when the dataset has them.
-    values, ids = await read_column(ds, column, row_ids=kind != "BTREE"
+    values, ids = await read_column(ds, column, row_ids=kind == "BITMAP"
                                     and uses_stable_row_ids(ds.manifest))
     if kind == "BTREE":
         data, lookup = btree.build_tables(values, ids)
@@ -101,6 +101,17 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     if kind == "BITMAP":
         table = bitmap.build_table(values, ids)
         return [(bitmap.FILE, await write_table(ds, f"{directory}/{bitmap.FILE}", table))]
+    if kind == "ZONEMAP":
+        table, nulls = zonemap.build_table(values, ids)
+        path = f"{directory}/{zonemap.FILE}"
+        writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store,
+                                 _name=path)
+        if writer.add_global_buffer(nulls) != 1:
+            raise AssertionError("the null rows must be global buffer 1")
+        for batch in table.to_batches(max_chunksize=65536):
+            await writer.write_batch(batch)
+        await writer.close()
+        return [(zonemap.FILE, int((await ds._store.head(path)).size))]
     raise UnsupportedFeatureError(f"alance does not build {kind} indices yet")
 
 
@@ -122,7 +133,7 @@ async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
     files = await build_files(ds, kind, column, directory)
     write_bitmap(meta, pyroaring.BitMap(int(f.id) for f in ds._snapshot.fragments))
     meta.index_details.type_url = SCALAR_KINDS[kind]
-    meta.index_details.value = b""
+    meta.index_details.value = zonemap.DETAILS if kind == "ZONEMAP" else b""
     meta.index_version = _INDEX_VERSIONS[kind]
     if kind == "BTREE" and uses_stable_row_ids(ds.manifest):
         meta.index_version = 1  # row addresses (alance.index.reader.records_row_ids)

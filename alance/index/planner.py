@@ -1,7 +1,8 @@
 """Using scalar indices for a filtered scan.
 
 The filter's range tests (:func:`alance.filter.bound_predicate`: a condition every matching
-row meets) are matched with the BTREE / BITMAP indices of their columns. Evaluating that
+row meets) are matched with the BTREE / BITMAP / ZONEMAP indices of their columns (a zone
+map answers with whole zones). Evaluating that
 tree with the indices gives, for the fragments the indices cover, a *superset* of the rows
 the filter can select; the scan then reads only those rows and applies the whole filter to
 them (so results never depend on the index being exact), and scans the fragments the indices
@@ -26,11 +27,11 @@ from alance.filter import AllOf, AnyOf, BoundPredicate, RangeTest, bound_predica
 from alance.index.describe import user_indices
 from alance.index.predicates import ORDERED_OPS
 from alance.index.reader import Rows, index_reader
-from alance.index.types import BITMAP_URL, BTREE_URL, type_name, type_url
+from alance.index.types import BITMAP_URL, BTREE_URL, ZONEMAP_URL, type_name, type_url
 from alance.transaction.indices import read_bitmap
 
 #: Index types whose range tests the planner answers, best first.
-_SEARCHABLE = (BTREE_URL, BITMAP_URL)
+_SEARCHABLE = (BTREE_URL, BITMAP_URL, ZONEMAP_URL)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class IndexLeaf:
     name: str
     kind: str
     segments: tuple[table_pb2.IndexMetadata, ...]
+
+    @property
+    def url(self) -> str:
+        """The index's details type URL."""
+        return type_url(self.segments[0])
 
     def describe(self) -> str:
         """pylance's ``[col = v]@name(Kind)`` shape."""
@@ -159,9 +165,13 @@ async def _leaf_rows(ctx: ReadContext, leaf: IndexLeaf) -> Rows:
         bitmap = read_bitmap(seg)
         if bitmap is not None:
             covered |= set(bitmap) & existing
-    found = await asyncio.gather(*(reader.search(seg, leaf.test) for seg in leaf.segments))
-    parts = await asyncio.gather(*(reader.rows_of_ids(seg, ids)
-                                   for seg, ids in zip(leaf.segments, found, strict=True)))
+    if leaf.url == ZONEMAP_URL:
+        parts = list(await asyncio.gather(*(reader.zone_rows(seg, leaf.test)
+                                            for seg in leaf.segments)))
+    else:
+        found = await asyncio.gather(*(reader.search(seg, leaf.test) for seg in leaf.segments))
+        parts = list(await asyncio.gather(*(
+            reader.rows_of_ids(seg, ids) for seg, ids in zip(leaf.segments, found, strict=True))))
     out: Rows = {f: pyroaring.BitMap() for f in covered}
     for part in parts:
         for frag, rows in part.items():

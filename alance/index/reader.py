@@ -24,7 +24,7 @@ from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.file import LanceFileReader
 from alance.filter import RangeTest
 from alance.format.v2.container import open_file
-from alance.index import bitmap, btree
+from alance.index import bitmap, btree, zonemap
 from alance.index.predicates import matches
 from alance.index.rowaddr import (
     RowAddrMap,
@@ -103,6 +103,10 @@ class IndexReader:
         if url == BITMAP_URL:
             return await self._bitmap(index, test)
         raise UnsupportedFeatureError(f"index {index.name!r}: cannot search {url!r}")
+
+    async def zone_rows(self, index: table_pb2.IndexMetadata, test: RangeTest) -> Rows:
+        """Per fragment, the rows of the zones a ZONEMAP index keeps for ``test``."""
+        return zonemap.zone_rows(await self.table(index, zonemap.FILE), test)
 
     async def _btree(self, index: table_pb2.IndexMetadata, test: RangeTest) -> np.ndarray:
         lookup = await self.table(index, btree.LOOKUP_FILE)
