@@ -39,6 +39,7 @@ from alance.errors import (
     DatasetNotFoundError,
     EmptyWriteError,
     IncompatibleTransactionError,
+    IndexNotFoundError,
     InvalidInputError,
     JobFinishedError,
     MergeInsertMatchError,
@@ -57,6 +58,7 @@ from alance.errors import (
 
 __all__ = [
     "AlanceError",
+    "IndexNotFoundError",
     "ArgumentTypeError",
     "CommitOutcomeUnknownError",
     "JobFinishedError",

@@ -13,6 +13,7 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
     │   └── JobFinishedError           (a task of a committed or aborted distributed job)
     ├── NotFoundError (also FileNotFoundError)
     │   └── DatasetNotFoundError       (also ValueError)
+    ├── IndexNotFoundError (also KeyError)
     ├── AlreadyExistsError (also FileExistsError)
     ├── EmptyWriteError (also OSError)
     ├── CorruptFileError
@@ -87,6 +88,13 @@ class NotFoundError(AlanceError, FileNotFoundError):
 class DatasetNotFoundError(NotFoundError, ValueError):
     """No dataset (no committed version) exists at the given location (also a
     ``ValueError``, which pylance raises for a path that holds no dataset)."""
+
+
+class IndexNotFoundError(AlanceError, KeyError):
+    """No index of that name (pylance raises ``KeyError`` here too)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class AlreadyExistsError(AlanceError, FileExistsError):
@@ -186,6 +194,7 @@ __all__ = [
     "IncompatibleTransactionError",
     "InvalidInputError",
     "JobFinishedError",
+    "IndexNotFoundError",
     "MergeInsertMatchError",
     "NotFoundError",
     "PathOutsideDatasetError",

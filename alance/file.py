@@ -29,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf import text_format
 
-from alance.dataset.fragments.data_file import run_plan
 from alance.errors import (
     InvalidInputError,
     SchemaMismatchError,
@@ -40,6 +39,7 @@ from alance.format.v2.blob import blob_version, descriptor_schema, locate
 from alance.format.v2.container import V2_0_FOOTER, V2File, open_file
 from alance.format.v2.reader import V2FileReader
 from alance.format.v2.writer import V2FileWriter
+from alance.io.plans import run_plan
 from alance.io.store import DatasetStore, ObjectWriter
 from alance.io.uri import open_store
 

@@ -25,9 +25,8 @@ DATASET_LAYERS = [
 PACKAGE_LAYERS = [
     ["errors", "_proto", "_loop", "_version"],
     ["format", "io", "filter", "vector"],
-    ["transaction", "commit"],
+    ["transaction", "commit", "file"],
     ["dataset"],
-    ["file"],
     ["sync"],
     ["spark", "cli", "testing"],
 ]

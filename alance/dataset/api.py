@@ -54,6 +54,7 @@ from alance.dataset.fragments.write import (
     write_fragments,
 )
 from alance.dataset.maintenance.compaction import CompactionOptions, CompactionResult, compact_files
+from alance.dataset.maintenance.indices import IndexMethods
 from alance.dataset.maintenance.restore import restore_version
 from alance.dataset.maintenance.stats import DatasetOptimizer, LanceStats
 from alance.dataset.query.blobs import DEFAULT_BUFFER_SIZE as DEFAULT_BLOB_BUFFER_SIZE
@@ -110,7 +111,7 @@ def _destination(uri: Any, storage_options: Mapping[str, Any] | None,
     return open_store(uri, storage_options), _handler_for(uri, storage_options, handler)
 
 
-class LanceDataset:
+class LanceDataset(IndexMethods):
     """One version of a Lance dataset, opened for reading (and as the base of new commits).
 
     Instances are cheap, immutable views: writing returns a new instance for the new version.

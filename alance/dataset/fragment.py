@@ -27,7 +27,6 @@ from alance.dataset.evolution.fragment_columns import (
     merge_fragment_columns,
     update_fragment_columns,
 )
-from alance.dataset.fragments.data_file import run_plan
 from alance.dataset.fragments.deletions import WrittenFiles, apply_deletions, split_addresses
 from alance.dataset.fragments.metadata import DataFile, DeletionFile, FragmentMetadata
 from alance.dataset.fragments.progress import ProgressEvents
@@ -49,6 +48,7 @@ from alance.format.schema import LanceSchema
 from alance.format.v2.container import open_file as open_v2_file
 from alance.format.v2.encode_v20 import columns20
 from alance.format.v2.leaf import leaves_of
+from alance.io.plans import run_plan
 from alance.io.uri import open_store
 
 __all__ = ["FragmentSession", "LanceFragment", "format_fragment", "write_fragments"]

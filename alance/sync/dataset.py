@@ -402,6 +402,18 @@ class LanceDataset(Twin, of=_A):
         return Tags(self._async.tags)
 
     restore = blocking(_A.restore, returns=_moves)
+
+    # -- indices ---------------------------------------------------------------------------------
+    @property
+    def has_index(self) -> bool:
+        """Whether the dataset has any index."""
+        return self._async.has_index
+
+    describe_indices = forwarding(_A.describe_indices)
+    list_indices = forwarding(_A.list_indices)
+    index_statistics = blocking(_A.index_statistics)
+    create_scalar_index = blocking(_A.create_scalar_index, returns=_moves)
+    drop_index = blocking(_A.drop_index, returns=_moves)
     compact_files = blocking(_A.compact_files, returns=_moves_result)
     cleanup_old_versions = blocking(_A.cleanup_old_versions)
 
@@ -420,6 +432,7 @@ class LanceStats(Twin, of=_stats.LanceStats):
     """Blocking twin of :class:`alance.dataset.maintenance.stats.LanceStats`."""
 
     dataset_stats = blocking(_stats.LanceStats.dataset_stats)
+    index_stats = blocking(_stats.LanceStats.index_stats)
     data_stats = blocking(_stats.LanceStats.data_stats)
 
 

@@ -1,18 +1,15 @@
 """Async reading of one data file: runs the format layer's read plans against the store.
 
-The format layer (:mod:`alance.format.legacy`) describes a read as a *plan*: a generator that
-yields the byte ranges it needs next and receives their bytes. This module is the IO side: it
-fetches each step's ranges concurrently (coalesced by the store) and feeds them back.
+Each read is a format-layer *plan* run against the store by :func:`alance.io.plans.run_plan`;
+this module opens data files (2.x and legacy), caches their metadata and pages, and cuts
+reads into steps.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,115 +22,18 @@ from alance.format.schema import LanceSchema
 from alance.format.v2.container import V2File
 from alance.format.v2.container import open_file as open_v2_file
 from alance.format.v2.reader import V2FileReader
+from alance.io.plans import OFFLOAD_BYTES, run_plan
 from alance.io.store import DatasetStore
 
 T = TypeVar("T")
 
 
-#: A plan step whose fetched bytes total at least this much is decoded on a worker thread
-#: (smaller steps cost less than the hand-off).
-OFFLOAD_BYTES = 96 * 1024
 #: A take of at most this many rows decodes on the calling thread unless a step fetched more
 #: than :data:`TAKE_OFFLOAD_BYTES`: it decodes only the rows it picks (microseconds each), so
 #: a hand-off to a worker thread would cost more than it saves. (Cloud stores coalesce ranges
 #: up to a MiB apart, so a few hundred rows can arrive as megabytes: those go to a thread.)
 INLINE_TAKE_ROWS = 256
 TAKE_OFFLOAD_BYTES = 1024 * 1024
-#: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
-#: in their kernels, so two workers keep both cores busy next to the event loop).
-DECODE_WORKERS = 2
-_decode_pool: ThreadPoolExecutor | None = None
-_decode_pool_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _decode_pool
-    if _decode_pool is None:
-        with _decode_pool_lock:
-            if _decode_pool is None:
-                _decode_pool = ThreadPoolExecutor(DECODE_WORKERS,
-                                                  thread_name_prefix="alance-decode")
-    return _decode_pool
-
-
-def decode_pool() -> ThreadPoolExecutor:
-    """The decoding threads shared by every read of the process."""
-    return _pool()
-
-
-def _forget_pool_after_fork() -> None:
-    # A forked child inherits the pool object but not its threads: start a fresh one there.
-    global _decode_pool, _decode_pool_lock
-    _decode_pool = None
-    _decode_pool_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
-
-
-_DONE = object()
-
-
-def _step(plan: Generator[Any, Any, Any], data: Any) -> tuple[Any, Any]:
-    """Resume ``plan`` with ``data``: ``(next ranges, None)`` or ``(_DONE, result)``.
-
-    (A StopIteration cannot cross into a future, so the result travels as a value.)
-    """
-    try:
-        return plan.send(data), None
-    except StopIteration as stop:
-        return _DONE, stop.value
-
-
-async def _step_off_loop(plan: Generator[Any, Any, Any], data: Any) -> tuple[Any, Any]:
-    fut = asyncio.get_running_loop().run_in_executor(_pool(), _step, plan, data)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(fut)
-            break
-        except asyncio.CancelledError:
-            # The plan is still running on its thread: it must finish before anyone may
-            # close it, so wait for it and only then pass the cancellation on.
-            if fut.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
-
-
-async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store: DatasetStore,
-                   path: str, offload_bytes: int | None = OFFLOAD_BYTES) -> T:
-    """Drive a read plan to completion, fetching each step's ranges from ``path``.
-
-    Steps that receive at least ``offload_bytes`` (where decoding happens; ``None``: never)
-    run on a small thread pool, so the event loop stays free; the plan is only ever resumed
-    by one thread at a time.
-    """
-    try:
-        ranges: Any = next(plan)
-        while True:
-            data = await store.get_ranges(path, ranges)
-            total = 0
-            for (start, end), chunk in zip(ranges, data, strict=True):
-                if len(chunk) != end - start:
-                    raise CorruptFileError(f"{path}: file ends before byte {end}")
-                total += end - start
-            if offload_bytes is not None and total >= offload_bytes:
-                ranges, value = await _step_off_loop(plan, data)
-            else:
-                ranges, value = _step(plan, data)
-            if ranges is _DONE:
-                return value  # type: ignore[no-any-return]
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    except CorruptFileError as exc:
-        if path in str(exc):
-            raise
-        raise CorruptFileError(f"{path}: {exc}") from exc  # name the file that is damaged
-    finally:
-        plan.close()
 
 
 class _LruCache:

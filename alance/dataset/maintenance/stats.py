@@ -63,6 +63,11 @@ class LanceStats:
         return {"num_deleted_rows": deleted, "num_fragments": len(fragments),
                 "num_small_files": small}
 
+    async def index_stats(self, index_name: str) -> dict[str, Any]:
+        """Statistics of one index, as pylance's ``stats.index_stats``."""
+        from alance.dataset.maintenance.indices import index_stats
+        return await index_stats(self._ctx, index_name)
+
     async def data_stats(self) -> DataStatistics:
         """Bytes on disk of every field (nested fields listed on their own, in schema order,
         as pylance lists them). v0.1/v0.2 files do not record page sizes: their fields

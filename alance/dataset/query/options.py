@@ -18,7 +18,7 @@ from alance.errors import InvalidInputError, UnsupportedFeatureError
 
 #: Accepted with no effect on the rows returned (alance's planner decides these).
 TUNING = frozenset({"fragment_readahead", "io_buffer_size", "batch_size_bytes",
-                    "late_materialization", "prefilter", "fast_search", "use_scalar_index",
+                    "late_materialization", "prefilter", "fast_search",
                     "scan_in_order", "disable_scoring_autoprojection", "index_segments"})
 #: Features whose results alance cannot give yet.
 UNSUPPORTED = frozenset({"full_text_query", "order_by", "scan_stats_callback",
@@ -35,6 +35,8 @@ def scan_options(options: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"batch_readahead must be a positive integer: {value!r}")
             out["read_ahead"] = value
+        elif name == "use_scalar_index":
+            out["use_index"] = bool(value)
         elif name == "use_stats":
             out["prune"] = bool(value)
         elif name == "strict_batch_size":

@@ -31,6 +31,15 @@ def _read_node(scan: Scanner) -> str:
             f"full_filter={flt}, refine_filter={flt}")
 
 
+def _index_lines(scan: Scanner, indent: str) -> list[str]:
+    """The scalar indices the scan uses, as pylance shows them."""
+    plan = scan._index_plan
+    if plan is None:
+        return []
+    from alance.dataset.query.indices.planner import describe_plan
+    return [f"{indent}ScalarIndexQuery: query={describe_plan(plan)}"]
+
+
 def _projection(scan: Scanner) -> str | None:
     read = [f.name for f in scan.read_fields]
     out = scan.output_schema.names
@@ -46,6 +55,7 @@ def explain_plan(scan: Scanner, verbose: bool = False) -> str:
     if top is not None:
         lines.append(top)
     lines.append(("  " if top is not None else "") + _read_node(scan))
+    lines.extend(_index_lines(scan, "    " if top is not None else "  "))
     if verbose:
         lines.append(f"pruning predicate: {scan.stats.predicate or 'none'}")
     return "\n".join(lines) + "\n"
@@ -71,6 +81,7 @@ async def analyze_plan(scan: Scanner) -> str:
         lines.append(f"{indent}{top}, metrics=[output_rows={rows}]")
         indent += "  "
     lines.append(f"{indent}{_read_node(scan)}, metrics=[{metrics}]")
+    lines.extend(_index_lines(scan, indent + "  "))
     lines.append(f"pages skipped by statistics: {stats.pages_skipped} "
                  f"({stats.bytes_skipped} bytes, {stats.rows_skipped} rows)")
     return "\n".join(lines) + "\n"

@@ -25,6 +25,16 @@ from alance.dataset.fragments.data_file import chunk_rows_for
 from alance.dataset.fragments.read import FragmentReader, ReadContext, live_rows
 from alance.dataset.fragments.zone_maps import learnable
 from alance.dataset.query import plan_text
+from alance.dataset.query.indices.planner import (
+    describe_plan,
+    plan_filter,
+)
+from alance.dataset.query.indices.planner import (
+    evaluate as index_evaluate,
+)
+from alance.dataset.query.indices.planner import (
+    runs as index_runs,
+)
 from alance.dataset.query.projection import (
     ROW_OFFSET,
     SCAN_SYSTEM_COLUMNS,
@@ -150,7 +160,7 @@ class Scanner:
                  fragments: Sequence[Any] | None = None,
                  read_ahead: int = DEFAULT_READ_AHEAD,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, prune: bool = True,
-                 strict_batch_size: bool = False) -> None:
+                 strict_batch_size: bool = False, use_index: bool = True) -> None:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
@@ -230,6 +240,9 @@ class Scanner:
         else:
             wanted = {int(getattr(f, "fragment_id", getattr(f, "id", f))) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
+        # The scalar indices narrowing this filter (alance.dataset.query.indices.planner).
+        self._index_plan = plan_filter(ctx, filter) if use_index else None
+        self._index_rows: dict[int, Any] | None = None
         # Page pruning by statistics (alance.dataset.query.pruning); its counters in ``self.stats``.
         self.stats = ScanStats()
         self._pruner = make_pruner(ctx, filter, self.read_fields, self.stats) if prune else None
@@ -285,8 +298,15 @@ class Scanner:
 
     async def _chunks(self, fragments: list[table_pb2.DataFragment],
                       ) -> AsyncGenerator[_Chunk, None]:
+        # Fragments an index covers: only the rows it selects.
+        if self._index_plan is not None and self._index_rows is None:
+            self._index_rows = await index_evaluate(self.ctx, self._index_plan)
         for frag in fragments:
             reader = self.ctx.fragment(frag)
+            if self._index_rows is not None and frag.id in self._index_rows:
+                for runs in index_runs(self._index_rows[frag.id], self.chunk_rows):
+                    yield _Chunk(reader, runs[0][0], runs[-1][1], runs)
+                continue
             bounds = await reader.row_group_bounds()
             maybe = await self._pruner.ranges(frag) if self._pruner is not None else None
             if self._short:  # a short limit: exactly the rows wanted, not whole row groups
@@ -380,7 +400,7 @@ class Scanner:
         def joined(lo: int, hi: int, tail: pa.RecordBatch) -> pa.RecordBatch:
             return _joined(selected.slice(lo, hi - lo), tail).select(names)
 
-        if selected.num_rows * 4 < num_rows:
+        if selected.num_rows * 4 < chunk.end - chunk.start:
             # Few rows pass: fetch just those rows of the other columns.
             async def by_rows(lo: int, hi: int) -> pa.RecordBatch:
                 return joined(lo, hi, await read_fragment_rows(self.ctx, fragment.fragment,
@@ -539,6 +559,8 @@ class Scanner:
         names = [f.name for f in self.read_fields]
         head = (f"scan of {len(self.fragments)} fragments, columns {names}, filter: "
                 f"{self._filter_arg if self.filter is not None else 'none'}\n")
+        if self._index_plan is not None:
+            head += f"scalar index: {describe_plan(self._index_plan)}\n"
         if self._pruner is None:
             return head + "pruning: none (no statistics apply)"
         return head + self.stats.describe()
@@ -559,7 +581,8 @@ class Scanner:
             total = max(0, total - self.offset)
             return total if self.limit is None else min(total, self.limit)
         counter = Scanner(self.ctx, columns=[], filter=self._filter_arg, limit=self.limit,
-                          offset=self.offset, fragments=self.fragments)
+                          offset=self.offset, fragments=self.fragments,
+                          use_index=self._index_plan is not None)
         count = 0
         async for batch in counter.to_batches():
             count += batch.num_rows

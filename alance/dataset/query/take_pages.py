@@ -26,7 +26,6 @@ from alance.dataset.fragments.data_file import (
     INLINE_TAKE_ROWS,
     TAKE_OFFLOAD_BYTES,
     DataFileReader,
-    decode_pool,
 )
 from alance.dataset.fragments.read import ReadContext
 from alance.errors import AlanceError, CorruptFileError
@@ -34,6 +33,7 @@ from alance.format.schema import LanceField
 from alance.format.v2 import miniblock, page_take, v20_rows
 from alance.format.v2.blocks import concat_blocks, to_arrow
 from alance.format.v2.container import V2File
+from alance.io.plans import decode_pool
 
 #: The kind of 2.0 pages this path reads (:func:`alance.format.v2.v20_rows.supported`).
 _V20: page_take.Kind = ("2.0 by row",)

@@ -1,0 +1,50 @@
+"""The BITMAP scalar index format (no IO).
+
+One file, ``bitmap_page_lookup.lance``: one row per distinct value, ``keys`` (the column's
+type; the null key first, then ascending) and ``bitmaps`` (``binary``: the rows holding that
+value as a serialized row-address map, :mod:`alance.dataset.query.indices.rowaddr`). Schema metadata
+``lance:index_stats`` is ``{"num_bitmaps": N}``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from alance.dataset.query.indices.btree import sort_for_index
+from alance.dataset.query.indices.rowaddr import encode_row_addr_map, map_of_addresses
+
+FILE = "bitmap_page_lookup.lance"
+STATS_KEY = "lance:index_stats"
+
+
+def group_rows(values: pa.Array, ids: np.ndarray) -> tuple[pa.Array, list[np.ndarray]]:
+    """Distinct values (null first, then ascending) and the ids holding each."""
+    values, ids = sort_for_index(values, ids)
+    if not len(values):
+        return values, []
+    nulls = values.null_count
+    keys = [values.slice(0, 1)] if nulls else []
+    groups = [ids[:nulls]] if nulls else []
+    rest = values.slice(nulls)
+    if len(rest):
+        arr = rest.to_numpy(zero_copy_only=False)
+        change = np.flatnonzero(arr[1:] != arr[:-1]) + 1 if len(arr) > 1 else np.zeros(
+            0, dtype=np.int64)
+        starts = np.r_[0, change]
+        ends = np.r_[change, len(arr)]
+        keys.append(rest.take(pa.array(starts)))
+        groups.extend(ids[nulls + s:nulls + e] for s, e in zip(starts, ends, strict=True))
+    return pa.concat_arrays([k.cast(values.type) for k in keys]), groups
+
+
+def build_table(values: pa.Array, ids: np.ndarray) -> pa.Table:
+    """The bitmap file's table for the rows ``(values, ids)``."""
+    keys, groups = group_rows(values, ids)
+    bitmaps = [encode_row_addr_map(map_of_addresses(g)) for g in groups]
+    schema = pa.schema([pa.field("keys", values.type), pa.field("bitmaps", pa.binary())],
+                       metadata={STATS_KEY: json.dumps({"num_bitmaps": len(groups)},
+                                                       separators=(",", ":"))})
+    return pa.table({"keys": keys, "bitmaps": pa.array(bitmaps, pa.binary())}, schema=schema)
