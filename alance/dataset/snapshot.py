@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -102,7 +103,28 @@ async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> S
         if len(_VALIDATED) >= 4096:
             _VALIDATED.clear()
         _VALIDATED.add(digest)
-    return Snapshot(location, manifest_file)
+    snapshot = Snapshot(location, manifest_file)
+    await _count_unknown_deletions(store, snapshot)
+    return snapshot
+
+
+async def _count_unknown_deletions(store: DatasetStore, snapshot: Snapshot) -> None:
+    """Fill in ``num_deleted_rows`` of deletion files whose manifest left it 0 (unknown: older
+    writers did not record it), from the deletion files themselves, as pylance does.
+
+    Every row count (``count_rows``, positions of ``take``) is computed from the manifest;
+    reading a 0 as "nothing deleted" would count deleted rows. The next commit writes the
+    counts (pylance's manifest migration).
+    """
+    unknown = [f for f in snapshot.manifest.fragments
+               if f.HasField("deletion_file") and f.deletion_file.num_deleted_rows == 0]
+    if not unknown:
+        return
+    from alance.dataset.read import ReadContext  # (read builds on this module)
+    ctx = ReadContext(store, snapshot)
+    counts = await asyncio.gather(*(ctx.deleted_offsets(f) for f in unknown))
+    for fragment, offsets in zip(unknown, counts, strict=True):
+        fragment.deletion_file.num_deleted_rows = 0 if offsets is None else len(offsets)
 
 
 #: Digests of manifest files that passed :func:`validate_manifest` (a service reopens the
