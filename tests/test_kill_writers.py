@@ -125,7 +125,10 @@ def kill_one_writer(uri: str, options: dict[str, str], journal: Journal,
         seen += journal.note(line)
     time.sleep(rng.uniform(0, 0.4))  # somewhere inside the next commit (or between two)
     child.send_signal(signal.SIGKILL)
-    rest, err = child.communicate(timeout=60)
+    child.wait(timeout=60)
+    # (read through the same text stream: communicate() would skip what readline() buffered)
+    rest, err = child.stdout.read(), child.stderr.read() if child.stderr else ""
+    child.stdout.close()
     for line in rest.splitlines():
         journal.note(line)
     if child.returncode == -signal.SIGKILL:
