@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo demo-async test protos protos-check lint typecheck bench bench-spark clean
+.PHONY: venv demo demo-async test soak protos protos-check lint typecheck bench bench-spark clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo-async: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# Long reliability runs (excluded from `make test`): the damaged-file fuzzer and SIGKILLed
+# writers, many more cases than the suite's. ALANCE_SOAK_EXAMPLES / ALANCE_SOAK_ROUNDS scale them.
+soak: venv
+	$(BIN)/python -m pytest -q -s -m soak tests/test_fuzz.py tests/test_kill_writers.py
 
 protos: venv
 	$(BIN)/python protos/generate.py

@@ -14,7 +14,9 @@ Pure: no IO.
 
 from __future__ import annotations
 
-from alance._proto import table_pb2
+from collections.abc import Iterable
+
+from alance._proto import file_pb2, table_pb2
 from alance.errors import CorruptFileError
 
 #: Rows one fragment can hold: a row address is ``fragment_id << 32 | offset`` with a 32-bit
@@ -22,6 +24,10 @@ from alance.errors import CorruptFileError
 MAX_FRAGMENT_ROWS = 1 << 32
 #: Largest fragment id a row address can carry (its upper 32 bits).
 MAX_FRAGMENT_ID = (1 << 32) - 1
+#: Logical types of schema fields that have child fields.
+NESTED_TYPES = ("struct", "list", "large_list", "map")
+#: Largest ``file_size_bytes`` a data file can have (a file offset is a signed 64-bit number).
+MAX_FILE_SIZE = (1 << 63) - 1
 #: Field id of a superseded column in ``DataFile.fields``.
 TOMBSTONE_FIELD_ID = -2
 #: ``DeletionFile.file_type`` values: ARROW_ARRAY (0) and BITMAP (1).
@@ -74,6 +80,9 @@ def _validate_data_file(data_file: table_pb2.DataFile, where: str, fid: int) -> 
     if not data_file.path:
         raise _corrupt(where, fid, "data file path", "is empty")
     name = f"data file {data_file.path!r}"
+    if int(data_file.file_size_bytes) > MAX_FILE_SIZE:
+        raise _corrupt(where, fid, name, f"has file_size_bytes {data_file.file_size_bytes}, "
+                                         "more than a file can hold")
     fields = data_file.fields
     if len(fields):
         live = fields if min(fields) >= 0 else [f for f in fields if f != TOMBSTONE_FIELD_ID]
@@ -98,14 +107,40 @@ def _validate_data_file(data_file: table_pb2.DataFile, where: str, fid: int) -> 
             raise _corrupt(where, fid, name, "lists a column index more than once")
 
 
+def validate_schema(fields: Iterable[file_pb2.Field], where: str) -> None:
+    """Check the schema's field ids: each ``>= 0`` and used once, and each parent id either
+    -1 (a top-level field) or the id of another field listed before it (Lance lists parents
+    first). A negative or repeated id would make columns read as nulls, or as another
+    column's values."""
+    seen: dict[int, str] = {}
+    for field in fields:
+        fid, parent = int(field.id), int(field.parent_id)
+        if fid < 0:
+            raise CorruptFileError(f"{where}: schema field {field.name!r}: id is {fid} "
+                                   "(field ids are >= 0)")
+        if fid in seen:
+            raise CorruptFileError(f"{where}: schema field {field.name!r}: id {fid} is used "
+                                   "by two fields")
+        if parent != -1 and parent not in seen:
+            raise CorruptFileError(f"{where}: schema field {field.name!r}: parent_id {parent} "
+                                   "is not the id of a field listed before it")
+        if parent != -1 and not seen[parent].startswith(NESTED_TYPES):
+            raise CorruptFileError(f"{where}: schema field {field.name!r}: parent_id {parent} "
+                                   f"names a field of type {seen[parent]!r}, which has no "
+                                   "children")
+        seen[fid] = field.logical_type
+
+
 def validate_manifest(manifest: table_pb2.Manifest, where: str) -> None:
     """Check every fragment of a manifest; ``where`` (the manifest's path) leads each message.
 
     Checks: fragment ids are unique and fit a row address; ``physical_rows`` fits a fragment
     (and is set when the fragment has data files); a deletion file has a known type and
     deletes no more rows than the fragment has; data files list valid, unique field ids and
-    (2.x files) one valid, unique column index per field id.
+    (2.x files) one valid, unique column index per field id; schema field ids are valid
+    and unique, parents listed before their children.
     """
+    validate_schema(manifest.fields, where)
     seen: set[int] = set()
     for fragment in manifest.fragments:
         fid = int(fragment.id)
@@ -121,4 +156,5 @@ __all__ = [
     "MAX_FRAGMENT_ROWS",
     "validate_fragment",
     "validate_manifest",
+    "validate_schema",
 ]

@@ -128,6 +128,14 @@ class DataFileReader:
         else:
             self.row_group_bounds = reader.file.batch_offsets
 
+    @property
+    def file_version(self) -> tuple[int, int] | None:
+        """(major, minor) from a 2.x file's footer (2.0 for footer version 0.3); ``None`` for
+        v0.1/v0.2 files."""
+        if isinstance(self._reader, V2FileReader):
+            return self._reader.file.version
+        return None
+
     @classmethod
     async def open_v2(cls, store: DatasetStore, path: str, schema: LanceSchema,
                       size: int | None, columns: Mapping[int, int]) -> DataFileReader:

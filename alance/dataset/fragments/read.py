@@ -115,6 +115,7 @@ class ReadContext:
             if version >= (2, 0) or version == (0, 3):
                 columns = dict(zip(data_file.fields, data_file.column_indices, strict=False))
                 reader = await DataFileReader.open_v2(store, path, schema, size, columns)
+                check_file_version(reader, (2, 0) if version == (0, 3) else version)
             else:
                 # The page table spans the ids the file was written with, including ids the
                 # schema no longer has (dropped or retyped columns); tombstones are skipped.
@@ -200,6 +201,15 @@ class ReadContext:
         return FragmentReader(self, fragment)
 
 
+def check_file_version(reader: DataFileReader, listed: tuple[int, int]) -> None:
+    """A 2.x file's footer must hold the version the manifest lists for it (pylance refuses
+    the file otherwise): the manifest's column indices and field ids were written for it."""
+    found = reader.file_version
+    if found is not None and found != listed:
+        raise CorruptFileError(f"{reader.path}: is a {found[0]}.{found[1]} file, but the "
+                               f"manifest lists it as {listed[0]}.{listed[1]}")
+
+
 def live_rows(fragment: table_pb2.DataFragment) -> int:
     """Rows of a fragment that are not deleted, from the manifest alone."""
     deleted = fragment.deletion_file.num_deleted_rows if fragment.HasField("deletion_file") else 0
@@ -251,16 +261,24 @@ class FragmentReader:
         return reader.row_group_bounds
 
     async def _assemble(self, projection: Sequence[LanceField], num_rows: int,
-                        parts: Sequence[tuple[list[LanceField], Awaitable[pa.RecordBatch]]],
+                        parts: Sequence[tuple[list[LanceField], Awaitable[pa.RecordBatch],
+                                              str]],
                         ) -> pa.RecordBatch:
+        """One batch of the projected fields from the data files' batches (``parts``: the
+        fields each file holds, its batch, its path). A file's column that holds nulls for a
+        field the schema says is not nullable is a :class:`CorruptFileError` (as in pylance;
+        ``null_count`` is known from the validity buffer)."""
         columns: dict[int, pa.Array] = {}
-        batches = await asyncio.gather(*(aw for _, aw in parts))
-        for (fields, _), batch in zip(parts, batches, strict=True):
+        batches = await asyncio.gather(*(aw for _, aw, _ in parts))
+        for (fields, _, path), batch in zip(parts, batches, strict=True):
             if batch.num_rows != num_rows:
                 raise CorruptFileError(
                     f"fragment {self.id}: a data file returned {batch.num_rows} rows, "
                     f"expected {num_rows}")
             for f, col in zip(fields, batch.columns, strict=True):
+                if not f.nullable and col.null_count:
+                    raise CorruptFileError(f"{path}: column {f.name!r} holds nulls, but the "
+                                           "schema says it is not nullable")
                 columns[f.id] = (await to_text_column(col) if self.ctx.reads_json_text(f)
                                  else col)
         if not projection:  # no columns, but still ``num_rows`` rows
@@ -278,7 +296,7 @@ class FragmentReader:
             reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
                                               self.fragment)
             sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
-            parts.append((fields, reader.read_range(sub, start, end)))
+            parts.append((fields, reader.read_range(sub, start, end), reader.path))
         return await self._assemble(projection, end - start, parts)
 
     async def read_rows(self, projection: Sequence[LanceField], offsets: np.ndarray,
@@ -289,5 +307,5 @@ class FragmentReader:
             reader = await self.ctx.data_file(data_file, self._file_schema(data_file),
                                               self.fragment)
             sub = LanceSchema([self.ctx.stored_field(f) for f in fields])
-            parts.append((fields, reader.read_rows(sub, offsets)))
+            parts.append((fields, reader.read_rows(sub, offsets), reader.path))
         return await self._assemble(projection, len(offsets), parts)

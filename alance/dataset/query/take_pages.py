@@ -33,6 +33,7 @@ from alance.format.schema import LanceField
 from alance.format.v2 import miniblock, page_take, v20_rows
 from alance.format.v2.blocks import concat_blocks, to_arrow
 from alance.format.v2.container import V2File
+from alance.format.v2.v20 import check_fits
 from alance.io.plans import decode_pool
 
 #: The kind of 2.0 pages this path reads (:func:`alance.format.v2.v20_rows.supported`).
@@ -105,7 +106,8 @@ async def take_columns(ctx: ReadContext,
     if not plans:
         return {}
     n_rows = sum(len(rows) for _, rows in parts)
-    v20 = {fid: pages for fid, pages in plans.items() if kinds[fid] == _V20}
+    v20 = {fid: pages for fid, pages in plans.items() if kinds[fid] == _V20
+           and _fits(pages, by_id[fid])}
     mini = {fid: pages for fid, pages in plans.items() if kinds[fid] != _V20}
     try:
         out = await _take_v20(v20, by_id, n_rows) if v20 else {}
@@ -115,7 +117,20 @@ async def take_columns(ctx: ReadContext,
         # Damaged data somewhere in these files: the page-by-page path finds which file and
         # column, and says so.
         return {}
-    return out
+    # Nulls in a column the schema says is not nullable: the page-by-page path refuses them
+    # naming the file.
+    return {fid: arr for fid, arr in out.items() if by_id[fid].nullable or not arr.null_count}
+
+
+def _fits(pages: list[_Page], field: LanceField) -> bool:
+    """Whether every 2.0 page's encoding can hold the field's type (those that cannot are
+    left to the page-by-page path, which refuses them naming the file)."""
+    try:
+        for page in pages:
+            check_fits(page.encoding, field.data_type, page.key[0])
+    except CorruptFileError:
+        return False
+    return True
 
 
 async def _take_miniblock(plans: dict[int, list[_Page]], by_id: dict[int, LanceField],

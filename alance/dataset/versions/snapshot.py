@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -9,6 +10,9 @@ from typing import Any
 
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler, ManifestLocation, manifest_path
+from alance.dataset.versions.bases import base_store, find_base
+from alance.errors import CorruptFileError
+from alance.format.deletion import decode_deletion_file, deletion_file_kind, deletion_file_path
 from alance.format.feature_flags import check_reader_flags
 from alance.format.manifest import (
     ManifestFile,
@@ -102,7 +106,46 @@ async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> S
         if len(_VALIDATED) >= 4096:
             _VALIDATED.clear()
         _VALIDATED.add(digest)
-    return Snapshot(location, manifest_file)
+    snapshot = Snapshot(location, manifest_file)
+    await _count_unknown_deletions(store, snapshot)
+    return snapshot
+
+
+async def _count_unknown_deletions(store: DatasetStore, snapshot: Snapshot) -> None:
+    """Fill in ``num_deleted_rows`` of deletion files whose manifest left it 0 (unknown: older
+    writers did not record it), from the deletion files themselves, as pylance does.
+
+    Every row count (``count_rows``, positions of ``take``) is computed from the manifest;
+    reading a 0 as "nothing deleted" would count deleted rows. The next commit writes the
+    counts (pylance's manifest migration).
+    """
+    unknown = [f for f in snapshot.manifest.fragments
+               if f.HasField("deletion_file") and f.deletion_file.num_deleted_rows == 0]
+    if not unknown:
+        return
+    options = store.reopen_args[1] if store.reopen_args else None
+
+    async def count(fragment: table_pb2.DataFragment) -> int:
+        df = fragment.deletion_file
+        kind = deletion_file_kind(df.file_type, f"fragment {fragment.id}")
+        path = deletion_file_path(fragment.id, df.read_version, df.id, kind)
+        where = store
+        if df.HasField("base_id"):
+            base = find_base(snapshot.manifest.base_paths, int(df.base_id),
+                             f"fragment {fragment.id}'s deletion file")
+            if not base.is_dataset_root:
+                raise CorruptFileError(f"fragment {fragment.id}'s deletion file is under base "
+                                       f"path {df.base_id}, which is not a dataset root")
+            where = base_store(base, options)
+        offsets = decode_deletion_file(kind, await where.get(path), path)
+        if len(offsets) and int(offsets[-1]) >= fragment.physical_rows:
+            raise CorruptFileError(f"{path}: deletes row {int(offsets[-1])} of a fragment with "
+                                   f"{fragment.physical_rows} rows")
+        return len(offsets)
+
+    counts = await asyncio.gather(*(count(f) for f in unknown))
+    for fragment, n in zip(unknown, counts, strict=True):
+        fragment.deletion_file.num_deleted_rows = n
 
 
 #: Digests of manifest files that passed :func:`validate_manifest` (a service reopens the

@@ -195,8 +195,34 @@ def _select(first_rows: list[int], rows: Rows20, total: int) -> np.ndarray | sli
     return rows.wanted - base
 
 
+def check_fits(enc: pb.ArrayEncoding, dtype: pa.DataType, column: int) -> None:
+    """Refuse a page whose encoding cannot hold values of ``dtype`` (a schema type changed in
+    the manifest, or a damaged page): fixed-size lists come from ``fixed_size_list``
+    encodings, variable-width values from ``binary`` ones, and neither from the other kinds.
+    Otherwise bytes of the right total size would read as values of another type."""
+    which = enc.WhichOneof("array_encoding")
+    if which == "nullable":
+        kind = enc.nullable.WhichOneof("nullability")
+        if kind == "all_nulls" or kind is None:
+            return
+        inner = getattr(enc.nullable, kind).values
+        return check_fits(inner, dtype, column)
+    storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+    if pa.types.is_dictionary(storage) or which in ("dictionary", "constant"):
+        return
+    fsl = pa.types.is_fixed_size_list(storage)
+    variable = (pa.types.is_string(storage) or pa.types.is_large_string(storage)
+                or pa.types.is_binary(storage) or pa.types.is_large_binary(storage))
+    if (((which == "fixed_size_list") != fsl and which in ("flat", "fixed_size_list"))
+            or ((which == "binary") != variable and which in ("flat", "binary"))):
+        raise CorruptFileError(f"2.0 column {column}: a {which!r} page cannot hold {dtype} "
+                               "values")
+
+
 def _leaf(file: V2File, column: int, dtype: pa.DataType, rows: Rows20) -> Plan[pa.Array]:
     pages = _pages(file, column, rows)
+    for _, page in pages:
+        check_fits(page.encoding, dtype, column)
     whole = rows.wanted is None and all(
         rows.lo <= page.first_row and page.first_row + page.num_rows <= rows.hi
         for _, page in pages)
