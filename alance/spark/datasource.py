@@ -4,10 +4,9 @@ Reading (``spark.read.format("alance").load(uri)``): the version is fixed when S
 the schema, so every task reads the same version. One input partition per fragment, fragments
 of more than ``rows_per_partition`` rows cut into row ranges. Spark does not tell Python
 sources which columns a query uses, so column pruning is explicit: the ``columns`` option (or
-a user schema naming a subset of the columns) limits what is read. Filter push-down is opt-in
-(``option("pushdown", "true")``, see :class:`FilteringReader` for the Spark bug that makes
-it unsafe by default): pushed filters (see :mod:`alance.spark.filters`) are evaluated while
-scanning, reading the filter's columns first and the other columns only for matching rows.
+a user schema naming a subset of the columns) limits what is read. The ``filter`` option (SQL)
+and pushed filters (see :mod:`alance.spark.filters`) are evaluated while scanning, reading the
+filter's columns first and the other columns only for matching rows.
 
 Writing (``df.write.format("alance").mode("append"|"overwrite").save(uri)``): the write is
 planned where Spark creates the writer; each task streams its Arrow batches into fragments and
@@ -18,13 +17,11 @@ reported.
 Change data feed: ``option("changes_from", a)`` (with ``changes_to`` and ``include_deleted``)
 reads the changes after version ``a`` instead of the rows (see :mod:`alance.spark.changes`).
 
-Options (case-insensitive): ``version`` (read an older version), ``columns`` (comma-separated
-projection; may name the system columns ``_rowid``, ``_rowaddr``, ``_row_created_at_version``,
-``_row_last_updated_at_version``, read as bigint), ``pushdown`` (``true``: evaluate Spark's
-filters in alance), ``rows_per_partition`` (default 1Mi), ``batch_size``,
-``max_rows_per_file``, ``max_rows_per_group``, ``commit_handler``, ``data_storage_version``,
-``changes_from``, ``changes_to``, ``include_deleted``; every other option is a storage option
-(``aws_endpoint``, ``aws_region``, ``allow_http``, ...).
+Options: see :mod:`alance.spark.options` and docs/spark.md (time travel ``version``,
+``versionAsOf``, ``tag``, ``timestampAsOf``; ``columns``; ``filter``; ``pushdown``;
+``save_mode``; ``mergeSchema``; ...); every other option is a storage option. Spark 4.1-4.3's
+push-down is unsound for Python sources (see :class:`FilteringReader`), so it is on by default
+only where :func:`alance.spark.register`'s probe shows Spark keeps pushed filters per scan.
 """
 
 from __future__ import annotations
