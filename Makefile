@@ -44,8 +44,9 @@ lint: venv
 bench: venv
 	$(BIN)/python benchmarks/compare_pylance.py
 
+# Parquet vs alance on a standalone cluster (1 master, 1 worker) started from PySpark.
 bench-spark: venv
-	$(BIN)/python benchmarks/spark_write.py
+	$(BIN)/python benchmarks/spark_write.py --cluster --rows 1000000
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,7 @@
 
     python benchmarks/spark_write.py                 # 2M rows, local[2]
     python benchmarks/spark_write.py --rows 500000 --repeat 3
+    python benchmarks/spark_write.py --cluster       # standalone master + worker
 
 The DataFrame is generated once and cached, so only writing and reading are timed. Reads are
 forced through every column with Spark's ``noop`` sink (a count would let Parquet skip the
@@ -36,25 +37,31 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on a standalone cluster (1 master, 1 worker) started here")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     import alance.spark
+    from alance.spark.standalone import LocalCluster
 
-    spark = (SparkSession.builder.master(f"local[{args.cores}]")
+    cluster = LocalCluster(workers=1, cores=args.cores).start() if args.cluster else None
+    master = cluster.url if cluster else f"local[{args.cores}]"
+    spark = (SparkSession.builder.master(master).config("spark.executor.memory", "2g")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    alance.spark.register(spark)
+    alance.spark.register(spark, pushdown=False)
     work = tempfile.mkdtemp(prefix="alance-spark-bench-")
     try:
         df = spark.range(0, args.rows, 1, args.partitions).selectExpr(
             "id", "pmod(hash(id), 100000) AS user_id",
             "TIMESTAMP '2026-01-01' + make_interval(0, 0, 0, 0, 0, 0, id % 86400) AS ts",
             "concat('/page/', pmod(hash(id, 1), 500)) AS page",
-            "rand(7) * 100 AS amount", "id % 3 = 0 AS flag").cache()
+            "rand(7) * 100 AS amount", "id % 3 = 0 AS flag", "id % 100 AS bucket",
+            "concat('note-', id % 977) AS note").cache()
         df.count()
         # warm-up: start Python workers and JIT both paths
         df.limit(1000).write.mode("overwrite").parquet(f"{work}/warm.parquet")
@@ -67,23 +74,50 @@ def main() -> None:
                                            .parquet(f"{work}/t{i}.parquet"))
         results["alance write"] = best_of(args.repeat, lambda i: df.write.format("alance")
                                           .mode("overwrite").save(f"{work}/t{i}.lance"))
-        results["parquet read"] = best_of(args.repeat, lambda i: spark.read.parquet(
-            f"{work}/t{i}.parquet").write.format("noop").mode("overwrite").save())
-        results["alance read"] = best_of(args.repeat, lambda i: spark.read.format("alance")
-                                         .load(f"{work}/t{i}.lance").write.format("noop")
-                                         .mode("overwrite").save())
+        def noop(frame) -> None:
+            frame.write.format("noop").mode("overwrite").save()
+
+        def pq(i: int):
+            return spark.read.parquet(f"{work}/t{i}.parquet")
+
+        def al(i: int, **kw):
+            return alance.spark.read(spark, f"{work}/t{i}.lance", **kw)
+
+        results["parquet read"] = best_of(args.repeat, lambda i: noop(pq(i)))
+        results["alance read"] = best_of(args.repeat, lambda i: noop(al(i)))
+        results["parquet select"] = best_of(args.repeat, lambda i: noop(pq(i).select(
+            "id", "amount")))
+        results["alance select"] = best_of(args.repeat, lambda i: noop(al(i).select(
+            "id", "amount")))
+        results["alance columns"] = best_of(args.repeat, lambda i: noop(al(
+            i, columns=["id", "amount"])))
+        results["parquet filter"] = best_of(args.repeat, lambda i: noop(pq(i).where(
+            "bucket = 7")))
+        results["alance filter"] = best_of(args.repeat, lambda i: noop(al(i).where(
+            "bucket = 7")))
+        results["alance filteropt"] = best_of(args.repeat, lambda i: noop(al(
+            i, filter="bucket = 7")))
         check = spark.read.format("alance").load(f"{work}/t0.lance").count()
         assert check == args.rows, check
-        print(f"\n{args.rows:,} rows, {args.partitions} partitions, local[{args.cores}], "
+        assert al(0, filter="bucket = 7").count() == pq(0).where("bucket = 7").count()
+        print(f"\n{args.rows:,} rows x 8 columns, {args.partitions} partitions, {master}, "
               f"best of {args.repeat}")
         for name, seconds in results.items():
-            print(f"  {name:<14} {seconds:7.2f} s  {args.rows / seconds / 1e6:6.2f} M rows/s")
-        for op in ("write", "read"):
-            ratio = results[f"alance {op}"] / results[f"parquet {op}"]
-            print(f"  alance/parquet {op} time: {ratio:.2f}x")
+            print(f"  {name:<17} {seconds:7.2f} s  {args.rows / seconds / 1e6:6.2f} M rows/s")
+        print("\n  | | Parquet | alance | alance / Parquet |\n  | --- | --- | --- | --- |")
+        rows = [("write", "write", "write"), ("full read", "read", "read"),
+                ("select 2 of 8 (plain select)", "select", "select"),
+                ("select 2 of 8 (columns option)", "select", "columns"),
+                ("1% filter (Spark WHERE)", "filter", "filter"),
+                ("1% filter (filter option)", "filter", "filteropt")]
+        for label, p, a in rows:
+            pt, at = results[f"parquet {p}"], results[f"alance {a}"]
+            print(f"  | {label} | {pt:.2f} s | {at:.2f} s | {at / pt:.2f}x |")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
 
 
 if __name__ == "__main__":

@@ -12,22 +12,80 @@ Needs ``pip install alance[spark]`` (PySpark 4.1 or newer). See docs/spark.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from alance.spark.datasource import AlanceDataSource
+from alance.spark.datasource import AlanceDataSource, AlanceDataSourcePushdown
 
-__all__ = ["AlanceDataSource", "activate", "register"]
+__all__ = ["AlanceDataSource", "AlanceDataSourcePushdown", "activate", "read", "register",
+           "save"]
 
 #: Spark keeps pushed filters from Python data sources off unless this is on.
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def register(spark: Any) -> None:
-    """Register ``format("alance")`` with the session ``spark`` (and turn on filter push-down
-    for Python data sources, which Spark leaves off by default)."""
-    spark.dataSource.register(AlanceDataSource)
+def register(spark: Any, pushdown: bool | None = None) -> bool:
+    """Register ``format("alance")`` with the session ``spark``; returns whether Spark's
+    filters are pushed into alance by default.
+
+    ``pushdown=None`` (the default) runs a probe (:mod:`alance.spark.probe`, about a second):
+    push-down is on by default only if this Spark keeps each scan's pushed filters to that
+    scan. Spark 4.1-4.3 do not (a later query on the same DataFrame, or a self-join, would
+    read the filtered rows), so there it stays off; the ``filter`` option and
+    :func:`read` give alance-side filtering that is always correct. ``True``/``False``
+    decide without the probe (``True`` on Spark 4.1-4.3 gives wrong results in the cases
+    above). The ``pushdown`` option overrides the default per read.
+    """
+    if pushdown is None:
+        from alance.spark.probe import pushdown_is_scoped
+
+        activate(spark)
+        pushdown = pushdown_is_scoped(spark)
+    spark.dataSource.register(AlanceDataSourcePushdown if pushdown else AlanceDataSource)
+    # Needed by readers that take filters (the `pushdown` option); harmless otherwise.
     spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     activate(spark)
+    return pushdown
+
+
+def read(spark: Any, uri: str, columns: Sequence[str] | None = None,
+         filter: str | None = None, **options: Any) -> Any:
+    """``spark.read.format("alance")`` with a projection and a filter alance applies.
+
+    ``columns``: the columns to read (Spark 4.1-4.3 do not tell Python data sources which
+    columns a query uses, so ``select`` alone reads every column). ``filter``: a SQL predicate
+    (alance's SQL, as in ``LanceDataset.to_table(filter=...)``) evaluated while scanning,
+    reading the filter's columns first and the others only for matching rows. Both are part
+    of the returned DataFrame (every query on it sees only those rows and columns), which is
+    what makes them safe where Spark's own push-down is not. ``options``: any other option.
+    """
+    reader = spark.read.format("alance")
+    if columns is not None:
+        reader = reader.option("columns", ",".join(columns))
+    if filter is not None:
+        reader = reader.option("filter", filter)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(uri))
+
+
+def save(df: Any, uri: str, mode: str = "errorifexists", **options: Any) -> None:
+    """``df.write.format("alance")`` with any of Spark's save modes.
+
+    Spark passes Python data sources only ``append`` and ``overwrite`` (its default
+    ``errorifexists`` and ``ignore`` fail with ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` before
+    alance is called), so the other modes travel in the ``save_mode`` option under Spark's
+    ``append``: ``errorifexists``/``error`` (the default here, as in Spark) fails if the
+    dataset exists, ``ignore`` leaves an existing dataset alone.
+    """
+    mode = mode.lower()
+    writer = df.write.format("alance")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    if mode == "overwrite":
+        writer.mode("overwrite").save(str(uri))
+    else:
+        writer.mode("append").option("save_mode", mode).save(str(uri))
 
 
 def activate(spark: Any) -> None:

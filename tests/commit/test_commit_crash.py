@@ -225,10 +225,15 @@ async def test_many_processes_append_through_one_table(busy_target: DdbTarget) -
         assert len(out.splitlines()) == APPENDS
     versions = [json.loads(line)["version"] for out, _ in outputs for line in out.splitlines()]
     total = PROCESSES * APPENDS
-    assert sorted(versions) == list(range(2, total + 2))  # every commit its own version
     expected = sorted([*range(10), *(100_000 * (p + 1) + 100 * k + j for p in range(PROCESSES)
                                      for k in range(APPENDS) for j in range(10))])
+    # rows first: a failure below then says whether anything was lost
     assert await read_ddb(ddb_target, name, "alance") == (total + 1, expected)
+    reported = {json.loads(line)["start"]: json.loads(line)["version"]
+                for out, _ in outputs for line in out.splitlines()}
+    assert sorted(versions) == list(range(2, total + 2)), (  # every commit its own version
+        sorted(reported.items(), key=lambda kv: kv[1]),
+        [err[-2000:] for _, err in outputs if err])
     assert await read_ddb(ddb_target, name, "pylance") == (total + 1, expected)
     assert item_versions(ddb_target.items(name)) == list(range(1, total + 2))
     print(f"{PROCESSES} processes x {APPENDS} appends through DynamoDB: {elapsed:.1f}s "

@@ -367,6 +367,8 @@ def test_direct_api_errors() -> None:
     with pytest.raises(alance.InvalidInputError, match="no dataset URI"):
         AlanceDataSource({}).schema()
     with pytest.raises(alance.InvalidInputError, match="integer"):
+        AlanceDataSource({"path": "x", "versionAsOf": "one"}).schema()
+    with pytest.raises(alance.NotFoundError, match="tag 'one'"):  # a version may be a tag
         AlanceDataSource({"path": "x", "version": "one"}).schema()
     assert SchemaMismatchError is not None
 
@@ -601,3 +603,197 @@ def test_nulls_round_trip(spark, tmp_path: Path) -> None:
     assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == expected
     assert al.open_dataset(uri).to_table().sort_by("id").to_pylist() == expected
     assert rows(spark.read.format("alance").load(uri)) == expected
+
+
+def test_register_probe_keeps_spark_pushdown_off_where_it_is_unsound(spark) -> None:
+    from alance.spark.probe import pushdown_is_scoped
+
+    # Spark 4.3 keeps a pushed read plan per relation: the probe sees it and register()
+    # leaves Spark's push-down off by default (the filter option is the safe path).
+    assert pushdown_is_scoped(spark) is False
+    assert alance.spark.register(spark) is False
+
+
+def test_default_reads_are_right_when_dataframes_are_reused_cached_and_self_joined(
+        spark, wide: str) -> None:
+    df = spark.read.format("alance").load(wide)
+    assert df.where("id = 7").count() == 1
+    assert df.count() == 50_000
+    assert df.where("kind = 'buy'").count() == 12_500
+    assert df.where("amount = 5").count() == 50
+    assert df.count() == 50_000
+    joined = df.alias("a").join(df.where("id < 10").alias("b"), "id", "left")
+    assert joined.count() == 50_000
+    assert joined.where("b.kind IS NOT NULL").count() == 10
+    cached = df.where("amount < 10").cache()
+    try:
+        assert cached.count() == 500 and cached.where("id < 1000").count() == 10
+        assert df.count() == 50_000
+    finally:
+        cached.unpersist()
+    # the filter option: alance filters, and every query on that DataFrame sees those rows
+    few = alance.spark.read(spark, wide, columns=["id", "amount"], filter="amount >= 995")
+    assert few.columns == ["id", "amount"]
+    assert few.count() == 250 and few.where("id < 10000").count() == 50
+    assert few.alias("a").join(few.alias("b"), "id").count() == 250
+    assert df.count() == 50_000
+    with pytest.raises(Exception, match=r"InvalidInput|column|nope"):
+        alance.spark.read(spark, wide, filter="nope > 1").count()
+
+
+def test_save_modes(spark, tmp_path: Path) -> None:
+    uri = str(tmp_path / "modes.lance")
+    df = spark.range(0, 100, numPartitions=2)
+    with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("alance").save(uri)  # Spark's own check, before alance is called
+    alance.spark.save(df, uri)  # errorifexists on a missing dataset: created
+    assert al.open_dataset(uri).version == 1
+    before = _dataset_files(uri)
+    with pytest.raises(Exception, match="already exists"):
+        alance.spark.save(df, uri, mode="error")
+    alance.spark.save(spark.range(500, 600), uri, mode="ignore")
+    ds = al.open_dataset(uri)
+    assert ds.version == 1 and ds.count_rows() == 100 and _dataset_files(uri) == before
+    alance.spark.save(spark.range(500, 510), str(tmp_path / "new.lance"), mode="ignore")
+    assert al.open_dataset(str(tmp_path / "new.lance")).count_rows() == 10
+    alance.spark.save(spark.range(0, 5), uri, mode="append")
+    alance.spark.save(spark.range(0, 3), uri, mode="overwrite")
+    ds = al.open_dataset(uri)
+    assert ds.version == 3 and sorted(ds.to_table()["id"].to_pylist()) == [0, 1, 2]
+    with pytest.raises(Exception, match="save_mode"):
+        df.write.format("alance").mode("append").option("save_mode", "sometimes").save(uri)
+
+
+def test_errorifexists_commit_refuses_a_dataset_created_meanwhile(tmp_path: Path) -> None:
+    """The race window of errorifexists is closed by the commit, which only creates."""
+    from pyspark.sql import types as T
+
+    from alance.spark.datasource import AlanceDataSource
+
+    uri = str(tmp_path / "race.lance")
+    schema = T.StructType([T.StructField("id", T.LongType())])
+    writer = AlanceDataSource({"path": uri, "save_mode": "errorifexists"}).writer(schema, False)
+    msg = writer.write(iter([pa.record_batch({"id": pa.array([1, 2], pa.int64())})]))
+    al.write_dataset(pa.table({"id": pa.array([9], pa.int64())}), uri)  # someone else
+    with pytest.raises(alance.AlreadyExistsError):
+        writer.commit([msg])
+    assert al.open_dataset(uri).to_table()["id"].to_pylist() == [9]
+    ignoring = AlanceDataSource({"path": str(tmp_path / "race2.lance"),
+                                 "save_mode": "ignore"}).writer(schema, False)
+    msg = ignoring.write(iter([pa.record_batch({"id": pa.array([1], pa.int64())})]))
+    al.write_dataset(pa.table({"id": pa.array([7], pa.int64())}), str(tmp_path / "race2.lance"))
+    ignoring.commit([msg])  # ignore: the other dataset wins, silently
+    assert al.open_dataset(str(tmp_path / "race2.lance")).to_table()["id"].to_pylist() == [7]
+
+
+def test_options_tables_and_views(spark, tmp_path: Path) -> None:
+    from alance.spark.options import split_options
+
+    uri = str(tmp_path / "t.lance")
+    spark.range(0, 10).write.format("alance").mode("append").save(uri)
+    # what Spark hands over for CREATE TABLE ... OPTIONS (...) COMMENT ... TBLPROPERTIES (...)
+    opts = split_options({"aws_region": "x", "location": f"file:{uri}", "option.aws_region": "x",
+                          "comment": "hi", "owner": "me", "k": "v", "path": f"file:{uri}",
+                          "provider": "alance", "option.versionasof": "1"})
+    assert opts.storage == {"aws_region": "x"} and opts.own["versionasof"] == "1"
+    assert opts.uri == uri and opts.table["k"] == "v" and "owner" in opts.table
+    plain = split_options({"path": uri, "versionasof": "2", "aws_region": "y"})
+    assert plain.storage == {"aws_region": "y"} and plain.own["versionasof"] == "2"
+    # Spark passes no options when a catalog table is read: refused at CREATE, clearly
+    with pytest.raises(AnalysisException, match="catalog tables"):
+        spark.sql(f"CREATE TABLE alance_t USING alance LOCATION '{uri}'")
+    with pytest.raises(AnalysisException, match="versionasoff"):
+        spark.read.format("alance").option("versionAsOff", 1).load(uri).count()
+    # temporary views: SQL reads and INSERT INTO
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW alance_v USING alance OPTIONS (path '{uri}')")
+    assert spark.sql("SELECT count(*), sum(id) FROM alance_v").first() == (10, 45)
+    spark.sql("INSERT INTO alance_v SELECT id + 100 FROM range(5)")
+    ds = al.open_dataset(uri)
+    assert ds.version == 2 and ds.count_rows() == 15
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW alance_v USING alance OPTIONS (path '{uri}')")
+    assert spark.sql("SELECT count(*) FROM alance_v").first()[0] == 15
+    spark.read.format("alance").load(uri).createOrReplaceTempView("alance_v2")
+    assert spark.sql("SELECT max(id) FROM alance_v2").first()[0] == 104
+    spark.catalog.dropTempView("alance_v")
+    spark.catalog.dropTempView("alance_v2")
+
+
+def test_time_travel_options(spark, tmp_path: Path) -> None:
+    uri = str(tmp_path / "tt.lance")
+    spark.range(0, 10).write.format("alance").mode("append").save(uri)       # v1
+    time.sleep(0.05)
+    between = al.open_dataset(uri).versions()[-1]["timestamp"]
+    time.sleep(0.05)
+    spark.range(10, 30).write.format("alance").mode("append").save(uri)      # v2
+    al.open_dataset(uri).tags.create("first", 1)
+
+    def count(**options: str) -> int:
+        reader = spark.read.format("alance")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load(uri).count()
+
+    assert count() == 30
+    assert count(version="1") == count(versionAsOf="1") == count(tag="first") == 10
+    assert count(version="first") == 10
+    assert count(timestampAsOf=between.isoformat()) == 10
+    assert count(timestampAsOf="2999-01-01 00:00:00") == 30
+    with pytest.raises(Exception, match="at most one"):
+        count(version="1", tag="first")
+    with pytest.raises(Exception, match="timestampAsOf"):
+        count(timestampAsOf="yesterday")
+
+
+def test_merge_schema_on_append(spark, tmp_path: Path) -> None:
+    uri = str(tmp_path / "m.lance")
+    spark.range(0, 4).write.format("alance").mode("append").save(uri)
+    wider = spark.range(10, 12).selectExpr("id", "concat('n', id) AS name", "id * 2 AS twice")
+    with pytest.raises(Exception, match="not in the dataset"):
+        wider.write.format("alance").mode("append").save(uri)
+    wider.write.format("alance").mode("append").option("mergeSchema", "true").save(uri)
+    ds = al.open_dataset(uri)
+    assert ds.schema.names == ["id", "name", "twice"] and ds.version == 3
+    rows = sorted(ds.to_table().to_pylist(), key=lambda r: r["id"])
+    assert rows[0] == {"id": 0, "name": None, "twice": None}
+    assert rows[-1] == {"id": 11, "name": "n11", "twice": 22}
+    assert lance.dataset(uri).to_table().num_rows == 6
+    # mergeSchema with nothing new is a plain append
+    spark.range(20, 21).selectExpr("id", "'x' AS name", "1L AS twice").write.format("alance") \
+        .mode("append").option("mergeSchema", "true").save(uri)
+    assert al.open_dataset(uri).version == 4
+
+
+def test_streaming_sink_commits_each_batch_once(spark, tmp_path: Path) -> None:
+    from alance.spark.stream import BATCH_KEY, last_committed_batch
+
+    source = str(tmp_path / "in")
+    for i in range(3):
+        spark.range(i * 100, i * 100 + 100, numPartitions=2).write.mode("append") \
+            .parquet(source)
+    uri, checkpoint = str(tmp_path / "s.lance"), str(tmp_path / "ck")
+
+    def run() -> None:
+        q = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 2).parquet(source)
+             .writeStream.format("alance").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start(uri))
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run()
+    ds = al.open_dataset(uri)
+    ids = ds.to_table()["id"].to_pylist()
+    assert sorted(ids) == list(range(300))
+    assert last_committed_batch(ds, checkpoint) == 2
+    assert ds.version == 1 + 3  # the empty dataset, then one version per micro-batch
+    # Spark replays a batch whose commit it did not record: drop its entry from the log
+    for name in ("2", ".2.crc"):
+        (Path(checkpoint) / "commits" / name).unlink(missing_ok=True)
+    run()
+    ds = al.open_dataset(uri)
+    assert ds.version == 4 and sorted(ds.to_table()["id"].to_pylist()) == list(range(300))
+    # new input: a new batch id, committed
+    spark.range(1000, 1010).write.mode("append").parquet(source)
+    run()
+    ds = al.open_dataset(uri)
+    assert ds.count_rows() == 310 and ds.read_transaction(ds.version).transaction_properties[
+        BATCH_KEY] == "3"
