@@ -26,6 +26,7 @@ from alance.format.v2.kernels import (
     fsst_symbols,
     gather_ranges,
     range_indices,
+    strided_rows,
     unpack_fastlanes,
 )
 
@@ -125,7 +126,6 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
     widths = first.view(f"<u{wb}").astype(np.int64)
     if np.any(widths > t):
         raise CorruptFileError("bit-packed mini-block has a width above its word size")
-    out = np.empty((len(counts), BLOCK), dtype=UINT[t])
     words_needed = widths * (BLOCK // t)
     if np.any(wb * (1 + words_needed) > bufs.sizes):
         raise CorruptFileError("bit-packed mini-block is too short")
@@ -138,12 +138,24 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
             vals[sel] = fastlanes_at(bufs.data, bufs.starts[chunk[sel]] + wb, pos[sel], t,
                                      int(w))
         return Fixed(vals, t)
-    for w in np.unique(widths).tolist():
-        sel = np.flatnonzero(widths == w)
-        n_words = w * (BLOCK // t)
-        raw = gather_ranges(bufs.data, bufs.starts[sel] + wb, np.full(len(sel), n_words * wb))
-        packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
-        out[sel] = unpack_fastlanes(packed, t, int(w))
+    found = np.unique(widths).tolist()
+    if len(found) == 1:  # one width throughout (the usual case): unpack straight to the output
+        n_words = found[0] * (BLOCK // t)
+        rows = strided_rows(bufs.data, bufs.starts + wb, n_words * wb)  # no copy if regular
+        if rows is None:
+            rows = gather_ranges(bufs.data, bufs.starts + wb,
+                                 np.full(len(counts), n_words * wb)).reshape(len(counts), -1)
+        packed = rows.view(f"<u{wb}")
+        out = unpack_fastlanes(packed, t, int(found[0]))
+    else:
+        out = np.empty((len(counts), BLOCK), dtype=UINT[t])
+        for w in found:
+            sel = np.flatnonzero(widths == w)
+            n_words = w * (BLOCK // t)
+            raw = gather_ranges(bufs.data, bufs.starts[sel] + wb,
+                                np.full(len(sel), n_words * wb))
+            packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
+            out[sel] = unpack_fastlanes(packed, t, int(w))
     flat = out.reshape(-1)
     if (counts[:-1] == BLOCK).all():  # only the last chunk may be short: a plain prefix
         return Fixed(flat[: (len(counts) - 1) * BLOCK + int(counts[-1])], t)

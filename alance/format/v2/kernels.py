@@ -76,6 +76,22 @@ def _gather_strided(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return out
 
 
+def strided_rows(data: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray | None:
+    """``size`` bytes at each of ``starts`` as rows of a ``(k, size)`` view of ``data`` (no
+    copy) when the starts lie a fixed distance apart, as the blocks of equal-sized mini-block
+    chunks do; None otherwise, or when a row would run past ``data``."""
+    k = len(starts)
+    if k < 2 or size <= 0 or data.ndim != 1 or data.dtype != np.uint8:
+        return None
+    s0, step = int(starts[0]), int(starts[1] - starts[0])
+    if step < size or (np.diff(starts) != step).any():
+        return None
+    if s0 < 0 or s0 + (k - 1) * step + size > len(data):
+        raise CorruptFileError("a buffer range runs past the end of its data")
+    return np.lib.stride_tricks.as_strided(data[s0:], shape=(k, size), strides=(step, 1),
+                                           writeable=False)
+
+
 def range_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The indices ``starts[i] .. starts[i] + lengths[i]`` of every range, concatenated."""
     lengths = np.asarray(lengths, dtype=np.int64)
