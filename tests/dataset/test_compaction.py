@@ -14,6 +14,8 @@ import pytest
 
 import alance
 from alance import sync
+from alance import sync as al
+from alance.dataset.fragments.file_cuts import CACHE_BYTES_PER_COLUMN, FlushedBytes
 from alance.dataset.maintenance.compaction import CompactionOptions, output_sizes, plan_tasks
 from alance.format.manifest import decode_manifest_file
 
@@ -314,3 +316,37 @@ def test_compaction_tasks_run_anywhere_and_commit_in_part(tmp_path: Path) -> Non
     assert lance.dataset(uri).to_table().sort_by("a").equals(ds.to_table().sort_by("a"))
     with pytest.raises(alance.InvalidInputError):
         sync.Compaction.commit(ds, [])
+
+
+# -- max_bytes_per_file: files end where pylance's writer would end them ----------------------
+def _vectors(rows: int, dim: int = 1024) -> pa.Table:
+    values = pa.array(np.arange(rows * dim, dtype=np.int64))
+    return pa.table({"a": pa.FixedSizeListArray.from_arrays(values, dim)})
+
+
+@pytest.mark.parametrize(("batch_size", "files"), [(128, 4), (2048, 2)])
+def test_max_bytes_per_file_cuts_where_pylance_does(tmp_path: Path, batch_size: int,
+                                                    files: int) -> None:
+    data = _vectors(4096)  # 8 KiB per row: 1024 rows fill one 8 MiB page
+    options = dict(target_rows_per_fragment=100 * 1024, max_bytes_per_file=1000,
+                   batch_size=batch_size)
+    mine = al.write_dataset(data, str(tmp_path / "a"), max_rows_per_file=2048)
+    theirs = lance.write_dataset(data, str(tmp_path / "p"), max_rows_per_file=2048)
+    m = mine.optimize.compact_files(materialize_deletions=False, **options)
+    t = theirs.optimize.compact_files(materialize_deletions=False, **options)
+    assert (m.fragments_added, m.files_added) == (t.fragments_added, t.files_added) == (
+        files, files)
+    assert [f.physical_rows for f in mine.get_fragments()] == [
+        f.physical_rows for f in theirs.get_fragments()]
+    assert lance.dataset(mine.uri).to_table() == data
+
+
+def test_flushed_bytes_follow_the_page_buffer() -> None:
+    batch = _vectors(300).to_batches()[0]  # 8 KiB per row
+    cut = FlushedBytes(limit=1, unit_rows=100)
+    assert cut.take(batch) == 300 and not cut.full  # 2.3 MiB: nothing flushed yet
+    cut = FlushedBytes(limit=1, unit_rows=100, cache_bytes=1024 * 1024)
+    assert cut.take(batch) == 200 and cut.full  # the page fills in the second unit
+    assert cut.take(batch) == 0
+    big = FlushedBytes(limit=3 * CACHE_BYTES_PER_COLUMN)
+    assert big.take(batch) == 300 and not big.full

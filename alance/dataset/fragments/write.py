@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance._proto import table_pb2
+from alance.dataset.fragments.file_cuts import FlushedBytes
 from alance.dataset.versions.bases import WriteTarget
 from alance.errors import CommitOutcomeUnknownError, InvalidInputError, UnsupportedFeatureError
 from alance.format.legacy.encode import encode_dictionary_values
@@ -58,6 +59,9 @@ class WriteParams:
     max_rows_per_file: int = 1024 * 1024
     max_rows_per_group: int = 1024
     max_bytes_per_file: int = 90 * 1024**3
+    #: Rows per batch pylance would write at a time where this matters: the batch boundaries
+    #: at which ``max_bytes_per_file`` may end a 2.x file (see :mod:`.file_cuts`).
+    batch_rows: int | None = None
 
     @property
     def rows_per_chunk(self) -> int:
@@ -250,11 +254,14 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             encoder = (LegacyFileWriter(schema, dictionaries=dictionaries)
                        if file_version is None else V2FileWriter(schema, file_version))
             rows = 0
+            flushed = FlushedBytes(params.max_bytes_per_file, params.batch_rows)
             sidecars = _Sidecars(store, path)
             try:
                 async with target.store.open_writer(path) as out:
                     while pending is not None:
                         room = params.max_rows_per_file - rows
+                        if not isinstance(encoder, LegacyFileWriter):
+                            room = min(room, flushed.take(pending.slice(0, room)))
                         chunk, pending = (pending, None) if pending.num_rows <= room else (
                             pending.slice(0, room), pending.slice(room))
                         parts: Sequence[bytes | memoryview]
@@ -269,8 +276,9 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                                     await out.write(buf)
                                 await sidecars.write(encoder.take_sidecar_chunks())
                         rows += chunk.num_rows
-                        if rows >= params.max_rows_per_file or (
-                                out.bytes_written >= params.max_bytes_per_file):
+                        if rows >= params.max_rows_per_file or flushed.full or (
+                                isinstance(encoder, LegacyFileWriter)
+                                and out.bytes_written >= params.max_bytes_per_file):
                             break
                         if pending is None:
                             pending = await anext(batches, None)

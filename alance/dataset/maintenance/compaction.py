@@ -167,6 +167,7 @@ async def rewrite_task(ctx: ReadContext, task: CompactionTask, options: Compacti
     """Write the live rows of a task's fragments into new fragments (ids not yet assigned),
     cut as :func:`output_sizes` says."""
     params = WriteParams(max_rows_per_file=2**62, max_rows_per_group=options.max_rows_per_group,
+                         batch_rows=options.batch_size,
                          **({"max_bytes_per_file": options.max_bytes_per_file}
                             if options.max_bytes_per_file else {}))
     live = 0
