@@ -270,8 +270,13 @@ class _CommitLoop:
         # Start from the newest version: cleanup may have removed the version after a stale
         # base, and a conditional create of that number would then succeed behind the
         # dataset's back (a lost commit, or a rewound history).
-        catch_up = base is not None and (await self.handler.latest(self.store)).version > \
-            base.version
+        # The transaction file does not depend on the answer: written meanwhile, it saves a
+        # round trip on every commit (a rebase writes another one; cleanup removes this one).
+        catch_up = False
+        if base is not None:
+            newest, _ = await asyncio.gather(self.handler.latest(self.store),
+                                             self._write_txn_file(txn))
+            catch_up = newest.version > base.version
         if catch_up and max_retries == 0:
             assert base is not None
             raise CommitConflictError(
