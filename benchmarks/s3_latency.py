@@ -1,14 +1,14 @@
 """alance vs pylance on S3 with a fixed per-request latency: full scan and a 1000-row take.
 
     python benchmarks/s3_latency.py [--rows 2000000] [--latency-ms 20] [--repeat 3]
-                                    [--server seaweedfs|moto] [--take 1000]
+                                    [--server seaweedfs|moto] [--take 1000] [--format 2.1]
                                     [--alance-option coalesce_bytes=1048576 ...]
 
 Setup: a local S3 server in a child process (SeaweedFS ``weed mini`` by default, or the
 ``moto_server`` command) and, in front of it, :mod:`benchmarks.latency_proxy` in another child
 process, which holds every HTTP request for ``--latency-ms`` (and every new connection for the
 same time, one handshake round trip) and counts requests and bytes. pylance writes a legacy
-(v0.2) dataset of ``--rows`` rows (~107 bytes a row: ~214 MB by default) straight to the server;
+(v0.2; ``--format`` for 2.x) dataset of ``--rows`` rows (~107 bytes a row: ~214 MB by default) straight to the server;
 then both engines read it *through the proxy*, each run on a freshly opened dataset (no warm
 metadata caches).
 
@@ -120,6 +120,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--take", type=int, default=1000, help="rows to take at random")
     p.add_argument("--server", choices=("seaweedfs", "moto"), default="seaweedfs")
+    p.add_argument("--format", default="legacy",
+                   help="data storage version pylance writes: legacy, 2.0, 2.1, 2.2")
     p.add_argument("--alance-option", action="append", default=[], metavar="KEY=VALUE",
                    help="extra storage option for alance only, e.g. coalesce_bytes=1048576")
     args = p.parse_args()
@@ -131,7 +133,7 @@ def main() -> None:
             table = make_table(args.rows)
             uri = target.uri("bench.lance")
             start = time.perf_counter()
-            lance.write_dataset(table, uri, data_storage_version="legacy",
+            lance.write_dataset(table, uri, data_storage_version=args.format,
                                 storage_options=target.storage_options)
             print(f"server {args.server}; pylance wrote {args.rows:,} rows "
                   f"({fmt_bytes(table.nbytes)} in Arrow) in {time.perf_counter() - start:.1f}s")
@@ -165,6 +167,7 @@ def report(args: argparse.Namespace, proxy: ProxyProcess, target: S3Target, uri:
     }
     ops: dict[str, Callable[[Any], Any]] = {
         "scan": lambda ds: ds.to_table(),
+        "project 2": lambda ds: ds.to_table(columns=list(table.column_names[:2])),
         f"take {args.take}": lambda ds: ds.take(idx),
     }
     results: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}

@@ -50,6 +50,8 @@ RETRY_BASE_DELAY = 0.05
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 #: Ranges closer than this are fetched with one request.
 DEFAULT_COALESCE_BYTES = 64 * 1024
+#: Decoded bytes per scan chunk on local disk (see ``scan_chunk_bytes``).
+DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 #: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
 #: disks read them one after another, so batching only saves per-call overhead; cloud stores
 #: use 1 so that every HTTP request holds its own slot of the bound.
@@ -123,6 +125,9 @@ class DatasetStore:
         split_bytes: ranges longer than this are fetched as several concurrent requests.
         limiter_key: stores with the same key share the in-flight bound in a process
             (e.g. ``"s3://bucket"``); defaults to the first component of ``root``.
+        scan_chunk_bytes: decoded bytes a scan reads per chunk (all its columns): bigger
+            chunks mean fewer, larger requests, for stores where each request costs a round
+            trip; memory stays bounded by a few chunks.
         max_retries: extra attempts for idempotent operations that fail transiently
             (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
             Conditional creates are never retried: their outcome after a failure is unknown.
@@ -135,7 +140,8 @@ class DatasetStore:
                  max_retries: int = DEFAULT_MAX_RETRIES,
                  split_bytes: int = DEFAULT_SPLIT_BYTES,
                  limiter_key: str | None = None,
-                 ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST) -> None:
+                 ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
+                 scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -150,6 +156,7 @@ class DatasetStore:
         self.limiter_key = limiter_key or root.split("/", 1)[0]
         self.split_bytes = split_bytes
         self.ranges_per_request = max(1, ranges_per_request)
+        self.scan_chunk_bytes = max(1, scan_chunk_bytes)
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
         #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).

@@ -23,6 +23,9 @@ CLOUD_MAX_CONCURRENCY = 64
 #: Ranges closer than this are read with one request on cloud stores: a round trip costs as
 #: much time as transferring about a megabyte.
 CLOUD_COALESCE_BYTES = 1024 * 1024
+#: Decoded bytes per scan chunk on cloud stores: a round trip per request makes few, large
+#: requests pay (about a page of each column, as pylance reads them).
+CLOUD_SCAN_CHUNK_BYTES = 32 * 1024 * 1024
 #: obstore's own retries (under alance's): a couple, quickly, so failures surface in seconds.
 CLOUD_RETRY_CONFIG = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=20),
                       "backoff": {"init_backoff": dt.timedelta(milliseconds=50),
@@ -114,7 +117,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
 
 def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy: dict[str, Any] = {}
-    for name in ("max_concurrency", "coalesce_bytes", "max_retries"):
+    for name in ("max_concurrency", "coalesce_bytes", "max_retries", "scan_chunk_bytes"):
         if name in options:
             try:
                 policy[name] = int(options.pop(name))
@@ -180,6 +183,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
                                 f"to 1024 bytes, so it can be at most {MAX_CLOUD_ROOT_BYTES}")
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
+    policy.setdefault("scan_chunk_bytes", CLOUD_SCAN_CHUNK_BYTES)
     policy.setdefault("ranges_per_request", 1)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None

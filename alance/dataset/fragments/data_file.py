@@ -94,14 +94,15 @@ def _row_bytes(dtype: pa.DataType) -> int:
         return 32
 
 
-def chunk_rows_for(fields: Sequence[Any], least: int) -> int:
-    """Rows per scan chunk for reading ``fields`` (LanceFields): about
-    :data:`CHUNK_TARGET_BYTES` of decoded values, at least ``least`` rows, so narrow scans
-    pay per-chunk costs (requests, plan steps) fewer times."""
+def chunk_rows_for(fields: Sequence[Any], least: int,
+                   target_bytes: int = CHUNK_TARGET_BYTES) -> int:
+    """Rows per scan chunk for reading ``fields`` (LanceFields): about ``target_bytes`` of
+    decoded values, at least ``least`` rows, so narrow scans pay per-chunk costs (requests,
+    plan steps) fewer times."""
     width = sum(_row_bytes(f.data_type) for f in fields)
     if width <= 0:
         return least
-    return int(max(least, min(MAX_CHUNK_ROWS, CHUNK_TARGET_BYTES // width)))
+    return int(max(least, min(MAX_CHUNK_ROWS, target_bytes // width)))
 
 
 #: Opened data file metadata (footer, metadata, page table, tail bytes), process-wide.

@@ -218,7 +218,8 @@ class Scanner:
         #: The fields a filtered scan reads first (the rest only for rows that pass).
         self._filter_fields = extra + [f for f in self.projection if f.name in self._filter_names]
         if chunk_rows == DEFAULT_CHUNK_ROWS and limit is None:  # narrow rows: bigger chunks
-            self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows)
+            self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows,
+                                             ctx.store.scan_chunk_bytes)
         #: Rows per read of the other projected columns of a filtered scan (bounds memory).
         self._rest_rows = self.chunk_rows
         self._limit_chunks = (self.filter is None and limit is not None
@@ -234,7 +235,8 @@ class Scanner:
             # The filter phase reads only the filter columns: size its chunks by those, so a
             # selective filter pays per-chunk costs (requests, plan steps, takes) few times.
             self.chunk_rows = max(self.chunk_rows,
-                                  chunk_rows_for(self._filter_fields, self.chunk_rows))
+                                  chunk_rows_for(self._filter_fields, self.chunk_rows,
+                                                 ctx.store.scan_chunk_bytes))
         if fragments is None:
             self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
         else:
