@@ -533,6 +533,7 @@ class MergeInsertBuilder(Twin, of=_M):
     when_matched_fail = forwarding(_M.when_matched_fail, returns=returning_self)
     retry_timeout = forwarding(_M.retry_timeout, returns=returning_self)
     conflict_retries = forwarding(_M.conflict_retries, returns=returning_self)
+    use_index = forwarding(_M.use_index, returns=returning_self)
     explain_plan = forwarding(_M.explain_plan)
     analyze_plan = blocking(_M.analyze_plan)
     execute = blocking(_M.execute, returns=_executed)

@@ -289,3 +289,17 @@ def test_pylance_uses_alance_built_zonemap(tmp_path: Path) -> None:
         assert theirs.equals(pl.scanner(filter=sql, use_scalar_index=False).to_table()), sql
         assert theirs.equals(ds.to_table(filter=sql)), sql
     assert ds.stats.index_stats("x_idx") == pl.stats.index_stats("x_idx")
+
+
+def test_merge_insert_use_index_as_pylance(tmp_path: Path) -> None:
+    ds = al.write_dataset(pa.table({"id": range(100), "value": range(100)}),
+                          str(tmp_path / "a"))
+    ds.create_scalar_index("id", "BTREE")
+    builder = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    with pytest.raises(Exception, match="does not support explain_plan"):
+        builder.explain_plan()  # as pylance: the indexed join cannot be explained
+    plan = builder.use_index(False).explain_plan()
+    assert "MergeInsert" in plan and "Join" in plan
+    result = builder.execute(pa.table({"id": [1, 2, 101], "value": [999, 999, 999]}))
+    assert (result["num_updated_rows"], result["num_inserted_rows"]) == (2, 1)
+    assert ds.to_table().column("value").to_pylist().count(999) == 3

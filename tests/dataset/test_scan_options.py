@@ -54,3 +54,21 @@ def test_unsupported_and_unknown_arguments_are_refused(uri: str) -> None:
         ds.to_table(no_such_argument=1)
     with pytest.raises(alance.InvalidInputError):
         ds.to_table(batch_readahead=0)
+
+
+def test_include_deleted_rows_as_pylance(tmp_path: Path) -> None:
+    table = pa.table({"a": range(100), "b": range(100)})
+    mine = al.write_dataset(table, str(tmp_path / "a"), max_rows_per_file=25)
+    theirs = lance.write_dataset(table, str(tmp_path / "p"), max_rows_per_file=25)
+    for ds in (mine, theirs):
+        ds.delete("a < 30 and a > 2")
+    for kwargs in ({}, {"filter": "a < 32"}, {"filter": "b >= 28", "columns": ["b"]}):
+        ours = mine.scanner(with_row_id=True, include_deleted_rows=True, **kwargs).to_table()
+        pl = theirs.scanner(with_row_id=True, include_deleted_rows=True, **kwargs).to_table()
+        assert ours == pl, kwargs
+    got = mine.scanner(with_row_id=True, include_deleted_rows=True).to_table()
+    assert got.num_rows == 100  # every fragment keeps a live row: all rows come back
+    assert got.column("_rowid").null_count == 27  # the deleted ones (3..29) have no row id
+    assert mine.scanner(with_row_id=True).to_table().num_rows == 73
+    with pytest.raises(ValueError, match="with_row_id is false"):
+        mine.scanner(include_deleted_rows=True).to_table()

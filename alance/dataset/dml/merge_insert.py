@@ -155,6 +155,7 @@ class MergeInsertBuilder:
         self._retries = DEFAULT_CONFLICT_RETRIES
         self._retry_timeout: float | None = retry_seconds(DEFAULT_RETRY_TIMEOUT)
         self._fail_on_match = False
+        self._use_index = True
 
     def when_matched_update_all(self, condition: str | None = None) -> MergeInsertBuilder:
         """Update matched rows (only where ``condition`` over ``source.x``/``target.x`` holds)."""
@@ -191,6 +192,21 @@ class MergeInsertBuilder:
         """How long to keep planning again after retryable conflicts (default 30 s)."""
         self._retry_timeout = retry_seconds(timeout)
         return self
+
+    def use_index(self, use_index: bool) -> MergeInsertBuilder:
+        """Whether a scalar index on the join keys may be used (pylance's switch). alance
+        joins by hashing either way; as in pylance, a plan that would use an index cannot be
+        explained (:meth:`explain_plan`) until ``use_index(False)``."""
+        self._use_index = bool(use_index)
+        return self
+
+    def _indexed_keys(self) -> list[str]:
+        """The join keys a (user) scalar index covers."""
+        from alance.dataset.query.indices.describe import user_indices
+        snap = self._snapshot
+        indexed = {int(fid) for segments in user_indices(snap.manifest_file.indices).values()
+                   for ix in segments for fid in ix.fields}
+        return [k for k in self._keys if snap.schema.field(k).id in indexed]
 
     def _check_action(self) -> None:
         if not (self._update or self._insert or self._delete or self._fail_on_match):
@@ -263,6 +279,11 @@ class MergeInsertBuilder:
         """What the merge will do, as text (nothing is read): the join on the keys, the
         actions, and (``verbose``) the source schema and the version's fragments."""
         self._check_action()
+        if self._use_index and self._indexed_keys():
+            raise UnsupportedFeatureError(
+                f"a merge insert joining on the indexed column(s) {self._indexed_keys()} "
+                "uses the index, which does not support explain_plan; call use_index(False) "
+                "to explain the hash join")
         snap = self._snapshot
         source = schema if schema is not None else snap.schema.to_arrow()
         lines = [f"MergeInsert: on=[{', '.join(self._keys)}], {self._actions()}",

@@ -42,8 +42,7 @@ def scan_options(options: Mapping[str, Any]) -> dict[str, Any]:
         elif name == "strict_batch_size":
             out["strict_batch_size"] = bool(value)
         elif name == "include_deleted_rows":
-            if value:
-                raise UnsupportedFeatureError("include_deleted_rows=True is not supported yet")
+            out["include_deleted_rows"] = bool(value)
         elif name == "blob_handling":
             if value not in ("blobs_descriptions", "all_descriptions"):
                 raise UnsupportedFeatureError(

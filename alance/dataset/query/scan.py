@@ -160,7 +160,8 @@ class Scanner:
                  fragments: Sequence[Any] | None = None,
                  read_ahead: int = DEFAULT_READ_AHEAD,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, prune: bool = True,
-                 strict_batch_size: bool = False, use_index: bool = True) -> None:
+                 strict_batch_size: bool = False, use_index: bool = True,
+                 include_deleted_rows: bool = False) -> None:
         self.ctx = ctx
         schema = ctx.schema
         if limit is not None and limit < 0:
@@ -187,6 +188,11 @@ class Scanner:
         if len(set(names)) != len(names):
             raise InvalidInputError(f"columns repeat a name: {names}")
         self.with_row_id = with_row_id
+        if include_deleted_rows and not with_row_id:
+            raise InvalidInputError("include_deleted_rows needs the row ids of the rows (deleted "
+                                    "rows have a null _rowid), but with_row_id is false")
+        #: Deleted rows are returned too, with a null ``_rowid`` (pylance's option).
+        self.include_deleted_rows = include_deleted_rows
         self.with_row_address = with_row_address
         self.limit = limit
         self.offset = offset or 0
@@ -353,7 +359,12 @@ class Scanner:
         # range of a fragment without deletions needs none).
         offsets: np.ndarray | _Chunk = chunk
         num_rows = chunk.end - chunk.start if chunk.parts is None else len(chunk.rows())
-        if deleted is not None and len(deleted):
+        dead: np.ndarray | None = None  # include_deleted_rows: which rows are deleted ones
+        if deleted is not None and len(deleted) and self.include_deleted_rows:
+            dead = np.isin(chunk.rows(), deleted.astype(np.uint64), assume_unique=True)
+            if not dead.any():
+                dead = None
+        elif deleted is not None and len(deleted):
             rows = chunk.rows()
             keep = ~np.isin(rows, deleted.astype(np.uint64), assume_unique=True)
             offsets = rows[keep]
@@ -363,7 +374,7 @@ class Scanner:
             batch = await chunk.read(self.read_fields)
             if keep is not None:
                 batch = batch.filter(pa.array(keep))
-            return [await self._finish(batch, fragment, offsets)]
+            return [await self._finish(batch, fragment, offsets, dead)]
         # Late materialisation: evaluate the filter on its own columns first, then fetch the
         # other projected columns only for the rows that pass (when few do).
         rest = [f for f in self.projection if f.name not in self._filter_names]
@@ -372,7 +383,7 @@ class Scanner:
             await self._learn_zones(chunk, head)
         if keep is not None:
             head = head.filter(pa.array(keep))
-        head = await self._with_system_columns(head, fragment, offsets)
+        head = await self._with_system_columns(head, fragment, offsets, dead)
         if rest:  # remember where each row came from, to fetch its other columns
             positions = pa.array(np.arange(live, dtype=np.int64))
             head = pa.RecordBatch.from_arrays([*head.columns, positions],
@@ -431,7 +442,8 @@ class Scanner:
         return await _in_order(jobs, _REST_READ_AHEAD)
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
-                                   offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
+                                   offsets: np.ndarray | _Chunk,
+                                   dead: np.ndarray | None = None) -> pa.RecordBatch:
         wanted = [n for n in SCAN_SYSTEM_COLUMNS
                   if n in self._output_names or n in self._filter_system]
         if wanted:
@@ -441,6 +453,10 @@ class Scanner:
                                          [n for n in wanted if n != ROW_OFFSET])
             if ROW_OFFSET in wanted:
                 extra[ROW_OFFSET] = await row_offsets(self.ctx, fragment.fragment, offsets)
+            if dead is not None and ROW_ID in extra:  # deleted rows have no row id
+                ids = extra[ROW_ID]
+                extra[ROW_ID] = pa.array(ids.to_numpy(zero_copy_only=False), pa.uint64(),
+                                         mask=dead)
             arrays = [*batch.columns, *extra.values()]
             fields = [*batch.schema, *(pa.field(n, pa.uint64(), True) for n in extra)]
             # Rebuilt rather than appended to: a batch with no columns has no row count.
@@ -448,8 +464,9 @@ class Scanner:
         return batch
 
     async def _finish(self, batch: pa.RecordBatch, fragment: FragmentReader,
-                      offsets: np.ndarray | _Chunk) -> pa.RecordBatch:
-        batch = await self._with_system_columns(batch, fragment, offsets)
+                      offsets: np.ndarray | _Chunk,
+                      dead: np.ndarray | None = None) -> pa.RecordBatch:
+        batch = await self._with_system_columns(batch, fragment, offsets, dead)
         return batch.select(self._output_names)
 
     async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
