@@ -48,7 +48,7 @@ def test_unsupported_and_unknown_arguments_are_refused(uri: str) -> None:
         ds.to_table(nearest={"column": "v", "q": [1.0]})
     with pytest.raises(alance.UnsupportedFeatureError):
         ds.scanner(order_by=["a"])
-    with pytest.raises(alance.UnsupportedFeatureError):
+    with pytest.raises(alance.InvalidInputError, match="with_row_id is false"):
         ds.to_table(include_deleted_rows=True)
     with pytest.raises(alance.InvalidInputError):
         ds.to_table(no_such_argument=1)
