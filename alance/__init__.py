@@ -55,9 +55,11 @@ from alance.errors import (
     UnrepresentableValueError,
     UnsupportedFeatureError,
 )
+from alance.io.store import iops_counter
 
 __all__ = [
     "AlanceError",
+    "iops_counter",
     "IndexNotFoundError",
     "ArgumentTypeError",
     "CommitOutcomeUnknownError",

@@ -83,7 +83,19 @@ def counting_io() -> Iterator[IoCounter]:
         _IO_COUNTER.reset(token)
 
 
+#: Read operations (byte ranges after coalescing) of every store in this process.
+_PROCESS_IOPS = [0]
+
+
+def iops_counter() -> int:
+    """Read operations (byte ranges fetched, after coalescing) by every dataset store of this
+    process so far (pylance's ``lance.iops_counter``): the difference across a call is what
+    it read."""
+    return _PROCESS_IOPS[0]
+
+
 def _count(requests: int, iops: int, nbytes: int) -> None:
+    _PROCESS_IOPS[0] += iops
     counter = _IO_COUNTER.get()
     if counter is not None:
         counter.requests += requests

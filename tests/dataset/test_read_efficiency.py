@@ -134,3 +134,19 @@ async def test_local_range_reads_check_the_file(local_uri: str) -> None:
         await store.get_ranges("obj", [(1000, 1025)])
     with pytest.raises(NotFoundError):
         await store.get_ranges("missing", [(0, 1)])
+
+
+def test_iops_counter_counts_what_reads_fetch(tmp_path: Path) -> None:
+    """``alance.iops_counter()`` (pylance's ``lance.iops_counter``): byte ranges read by every
+    store of the process; a scan adds the ranges it fetched."""
+    from alance import sync as al
+
+    ds = al.write_dataset(pa.table({"a": range(5000), "s": ["x" * 50] * 5000}),
+                          str(tmp_path / "ds"), max_rows_per_file=1000)
+    before = al.iops_counter()
+    ds.to_table(columns=["a"])
+    read = al.iops_counter() - before
+    assert read >= len(ds.get_fragments())  # at least one range per data file
+    before = al.iops_counter()
+    ds.to_table(columns=["a", "s"])
+    assert al.iops_counter() - before > read  # a wider scan reads more ranges
