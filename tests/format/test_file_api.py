@@ -243,3 +243,14 @@ async def test_async_api(tmp_path: Path) -> None:
     assert await reader.read_global_buffer(1) == b"abc"
     assert (await reader.take_rows([5, 1]).to_table()).equals(table.take([5, 1]))
     assert afile.stable_version() == sync.file.stable_version()
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
+def test_file_of_an_empty_struct_round_trips(tmp_path: Path, version: str) -> None:
+    table = pa.table({"empties": [{}] * 3},
+                     schema=pa.schema([pa.field("empties", pa.struct([]))]))
+    path = str(tmp_path / "f.lance")
+    with sfile.LanceFileWriter(path, version=version) as writer:
+        writer.write_batch(table)
+    assert sfile.LanceFileReader(path).read_all().to_table() == table
+    assert pylance_file.LanceFileReader(path).read_all().to_table() == table

@@ -245,9 +245,13 @@ def test_refusals_write_nothing(tmp_path: Path) -> None:
     fsl_str = pa.table({"f": pa.array([["a", "b"]], pa.list_(pa.string(), 2))})
     with pytest.raises(UnsupportedFeatureError, match="fixed-size lists"):
         al.write_dataset(fsl_str, uri)
-    empty_struct = pa.table({"s": pa.array([{}], pa.struct([]))})
-    with pytest.raises(UnsupportedFeatureError, match="empty structs"):
-        al.write_dataset(empty_struct, uri)
+    nested_empty = pa.table({"s": pa.array([{"e": {}, "x": 1}],
+                                           pa.struct([("e", pa.struct([])), ("x", pa.int8())]))})
+    with pytest.raises(UnsupportedFeatureError, match="empty struct"):
+        al.write_dataset(nested_empty, uri)  # pylance cannot read such a file back
+    null_empty = pa.table({"s": pa.array([{}, None], pa.struct([]))})
+    with pytest.raises(UnsupportedFeatureError, match="empty struct"):
+        al.write_dataset(null_empty, uri)
     bools = [[] for _ in range(40_000)] + [[True]]
     deep = pa.table({"b": pa.array([bools], pa.list_(pa.list_(pa.bool_())))})
     with pytest.raises(UnsupportedFeatureError):
@@ -573,3 +577,19 @@ def test_random_nested_types(tmp_path: Path, seed: int) -> None:
     _same(ds.to_table(), table.combine_chunks(), f"{dtype}")
     idx = sorted(rng.sample(range(len(arr)), min(5, len(arr))))
     _same(ds.take(idx), table.take(idx), f"take {dtype}")
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
+def test_top_level_empty_structs_both_ways(tmp_path: Path, version: str) -> None:
+    """A struct with no fields is a column of its own (an all-null constant page in 2.1+, a
+    struct page in 2.0), as pylance writes it; every row reads as ``{}``."""
+    schema = pa.schema([pa.field("id", pa.int32()), pa.field("empties", pa.struct([]))])
+    table = pa.table({"id": [0, 1, 2], "empties": [{}] * 3}, schema=schema)
+    mine = al.write_dataset(table, str(tmp_path / "a"), data_storage_version=version)
+    assert mine.to_table() == table
+    assert mine.take([2, 0, 1]) == table.take([2, 0, 1])
+    assert lance.dataset(str(tmp_path / "a")).to_table() == table
+    lance.write_dataset(table, str(tmp_path / "p"), data_storage_version=version)
+    theirs = al.dataset(str(tmp_path / "p"))
+    assert theirs.to_table() == table
+    assert theirs.take([2, 0, 1]) == table.take([2, 0, 1])

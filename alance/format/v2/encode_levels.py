@@ -112,8 +112,18 @@ def _walk(field: LanceField, arr: pa.Array, items: _Items, path: list[_Layer], l
     dtype = arr.type
     if pa.types.is_struct(dtype) and not is_packed_struct(field):
         if dtype.num_fields == 0:
-            raise UnsupportedFeatureError(f"field {field.name!r}: empty structs cannot be "
-                                          "written to 2.x files")
+            # An empty struct is a column of its own, written as pylance writes it: an
+            # all-null constant page (there are no values; readers give empty structs).
+            if path or arr.null_count:
+                # pylance cannot read these back (an empty struct with nulls, or inside
+                # another struct or a list): refused rather than written unreadable.
+                raise UnsupportedFeatureError(
+                    f"field {field.name!r}: only a top-level empty struct without nulls can "
+                    "be written to 2.x files (pylance cannot read others back)")
+            nulls = pa.nulls(len(arr))
+            items, layer = _stop_nulls(nulls, items, len(path))
+            out.append(_finish(field, nulls, items, [*path, layer], lists, num_rows))
+            return
         items, layer = _stop_nulls(arr, items, len(path))
         for child_field, i in zip(field.children, range(dtype.num_fields), strict=True):
             _walk(child_field, storage_of(arr.field(i)), items, [*path, layer], lists,

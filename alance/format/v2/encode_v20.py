@@ -41,8 +41,6 @@ def check_field20(field: LanceField, path: str) -> None:
     """Refuse fields 2.0 files cannot hold."""
     if field.logical_type == "map":
         raise UnsupportedFeatureError(f"field {path!r}: 2.0 files cannot hold maps")
-    if field.logical_type == "struct" and not field.children:
-        raise UnsupportedFeatureError(f"field {path!r}: empty structs cannot be written")
     dtype = field.data_type
     if pa.types.is_fixed_size_list(dtype):
         item = dtype.value_type

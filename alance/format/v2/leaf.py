@@ -163,6 +163,9 @@ def _leaf_paths(field: LanceField) -> Iterator[LanceField]:
     if is_packed_struct(field):
         yield field
         return
+    if field.logical_type == "struct" and not field.children:
+        yield field  # an empty struct has a column of its own (values: none)
+        return
     if field.logical_type == "struct" or field.type == 1:  # PARENT / REPEATED recurse
         if not field.children:
             return
@@ -201,6 +204,15 @@ def _mask(valid: np.ndarray | None) -> pa.Buffer | None:
 
 def _build(field: LanceField, leaves: dict[int, LeafData], depth: int) -> pa.Array:
     dtype = field.data_type
+    if field.logical_type == "struct" and not field.children:
+        # Its column holds no values (pylance writes it all-null); as pylance, every row
+        # reads as an empty struct.
+        data = leaves[field.id]
+        if depth != len(data.layers) - 1:
+            raise CorruptFileError(f"column of {field.name!r} has a different nesting depth")
+        storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+        arr = pa.StructArray.from_buffers(storage, data.layers[0].size, [None], children=[])
+        return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
     if field.logical_type == "struct" and not is_packed_struct(field):
         layer = _layer(field, leaves, depth)
         kids = [_build(c, leaves, depth + 1) for c in field.children]

@@ -329,6 +329,8 @@ def read_field20(file: V2File, field: LanceField, columns: Mapping[int, int],
     if field.logical_type == "struct" and not is_packed_struct(field):
         kids = yield from gather([read_field20(file, c, columns, rows) for c in field.children])
         storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+        if not kids:  # an empty struct: its rows are the rows asked for
+            return pa.StructArray.from_buffers(storage, rows.count, [None], children=[])
         return pa.StructArray.from_arrays(kids, fields=list(storage))
     if field.type == 1:
         starts, lens, valid = yield from _list_offsets(file, col, rows)

@@ -106,9 +106,6 @@ def _check_types(field: LanceField, version: tuple[int, int], path: str) -> None
         raise UnsupportedFeatureError(
             f"field {path!r}: maps need data storage version 2.2 (this dataset uses "
             f"{version[0]}.{version[1]})")
-    if field.logical_type == "struct" and not field.children:
-        raise UnsupportedFeatureError(f"field {path!r}: empty structs cannot be written to "
-                                      "2.x files")
     if field.logical_type.startswith("fixed_size_list"):
         item = field.data_type.value_type
         while True:
