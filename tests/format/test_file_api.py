@@ -254,3 +254,20 @@ def test_file_of_an_empty_struct_round_trips(tmp_path: Path, version: str) -> No
         writer.write_batch(table)
     assert sfile.LanceFileReader(path).read_all().to_table() == table
     assert pylance_file.LanceFileReader(path).read_all().to_table() == table
+
+
+def test_asked_for_zstd_is_smaller_than_the_default(tmp_path: Path) -> None:
+    """Strings asked to be zstd-compressed get bigger chunks (compressing better) and end
+    smaller than the default encoding's file; pylance reads them."""
+    values = [f"compress_me_please-{i}" for i in range(10 * 1024)]
+    plain = pa.table({"s": values})
+    schema = pa.schema([pa.field("s", pa.string(),
+                                 metadata={"lance-encoding:compression": "zstd"})])
+    asked = pa.table({"s": values}, schema=schema)
+    with sfile.LanceFileWriter(str(tmp_path / "d.lance")) as writer:
+        writer.write_batch(plain)
+    with sfile.LanceFileWriter(str(tmp_path / "z.lance"), schema) as writer:
+        writer.write_batch(asked)
+    assert os.path.getsize(tmp_path / "z.lance") < os.path.getsize(tmp_path / "d.lance")
+    got = pylance_file.LanceFileReader(str(tmp_path / "z.lance")).read_all().to_table()
+    assert got.column("s").to_pylist() == values

@@ -65,6 +65,9 @@ FULLZIP_MIN_VALUE = 256
 _TARGET_CHUNK_BYTES = 4 * 1024  # small chunks keep random access cheap, as upstream
 #: Variable-width chunks that get compressed are larger (compression works better).
 _COMPRESSED_CHUNK_BYTES = 24 * 1024
+#: Variable-width chunks when zstd is asked for explicitly (tried first; must still fit once
+#: compressed).
+_REQUESTED_CHUNK_BYTES = 96 * 1024
 _ZEROS = np.zeros(ALIGN, dtype=np.uint8)
 #: Times a page that cannot be stored mini-block is halved before it goes full-zip.
 _MAX_SPLITS = 6
@@ -319,21 +322,36 @@ def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels:
         return None
     level = asked if isinstance(asked, int) else ZSTD_LEVEL
     if bitpackable(vd):
-        coded = rle(vd.data, vd.width) or bitpack(vd.data, vd.width)
-    elif vd.kind == VARIABLE and (asked is not None or len(vd.data) + vd.offset_bytes * vd.n
-                                  >= MIN_COMPRESS_BYTES):
-        starts = _plan_chunks(sh, vd, value_item, n_levels, word, _COMPRESSED_CHUNK_BYTES)
-        if starts is None:
-            return None
-        v1 = np.append(starts[1:], vd.n)
-        raw = _raw_values(vd)
-        pieces = [np.concatenate(_chunk_values(vd, raw, a, b))
-                  for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
-        offsets = np.concatenate(([0], np.cumsum([len(p) for p in pieces]))).astype(np.int64)
-        packed = zstd_chunks(np.concatenate(pieces), offsets, level)
-        if packed is not None:
-            coded = CodedChunks(starts, [packed[0]], [packed[1]],
-                                general(value_encoding(vd), level))
+        return _fitting(rle(vd.data, vd.width) or bitpack(vd.data, vd.width), sh, value_item,
+                        n_levels, word)
+    if vd.kind == VARIABLE and (asked is not None or len(vd.data) + vd.offset_bytes * vd.n
+                                >= MIN_COMPRESS_BYTES):
+        # Asked for zstd, the user wants size: bigger chunks compress better (as long as each
+        # still fits a mini-block once compressed; else the usual size).
+        for chunk_bytes in ((_REQUESTED_CHUNK_BYTES, _COMPRESSED_CHUNK_BYTES)
+                            if isinstance(asked, int) else (_COMPRESSED_CHUNK_BYTES,)):
+            starts = _plan_chunks(sh, vd, value_item, n_levels, word, chunk_bytes)
+            if starts is None:
+                continue
+            v1 = np.append(starts[1:], vd.n)
+            raw = _raw_values(vd)
+            pieces = [np.concatenate(_chunk_values(vd, raw, a, b))
+                      for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
+            offsets = np.concatenate(([0], np.cumsum([len(p) for p in pieces]))).astype(
+                np.int64)
+            packed = zstd_chunks(np.concatenate(pieces), offsets, level)
+            if packed is not None:
+                coded = _fitting(CodedChunks(starts, [packed[0]], [packed[1]],
+                                             general(value_encoding(vd), level)),
+                                 sh, value_item, n_levels, word)
+                if coded is not None:
+                    return coded
+    return coded
+
+
+def _fitting(coded: CodedChunks | None, sh: Shredded, value_item: np.ndarray | None,
+             n_levels: int, word: int) -> CodedChunks | None:
+    """``coded`` if every chunk fits a mini-block's limits, else None."""
     if coded is None:
         return None
     i0, i1 = _item_bounds(coded.starts, value_item, sh.num_items)
