@@ -40,7 +40,7 @@ from tests.dynamodb_rig import (
     sorted_ids,
     start_child,
 )
-from tests.s3_servers import MotoServer
+from tests.s3_servers import MotoServer, S3Target
 
 __all__ = ["ddb_target"]  # the fixture, imported for pytest
 
@@ -238,3 +238,48 @@ async def test_many_processes_append_through_one_table(busy_target: DdbTarget) -
     assert item_versions(ddb_target.items(name)) == list(range(1, total + 2))
     print(f"{PROCESSES} processes x {APPENDS} appends through DynamoDB: {elapsed:.1f}s "
           f"({total / elapsed:.1f} commits/s)")
+
+
+async def test_faulty_network_conditional_put_commits(moto_target: S3Target) -> None:
+    """The same through plain S3 (conditional put commits, no DynamoDB): 500/503 answers and
+    responses dropped after moto applied the request. Every append reported committed is
+    there once, none is there twice, versions are unique, pylance agrees."""
+    uri = moto_target.uri("put-faults")
+    await alance.write_dataset(rows(0, 10), uri, storage_options=moto_target.storage_options)
+    writers, appends = 4, 4
+    outcomes: dict[int, BaseException | int] = {}
+    with FaultProxy(moto_target.endpoint, random_faults(0.10, 0.05, seed=5)) as proxy:
+        flaky = {**moto_target.storage_options, "aws_endpoint": proxy.endpoint}
+
+        async def writer(w: int) -> None:
+            for k in range(appends):
+                start = 1000 * (w + 1) + 100 * k
+                try:
+                    ds = await alance.write_dataset(rows(start, 10), uri, mode="append",
+                                                    storage_options=flaky)
+                    outcomes[start] = ds.version
+                except AlanceError as exc:
+                    outcomes[start] = exc
+
+        async with asyncio.timeout(TIMEOUT):
+            await asyncio.gather(*(writer(w) for w in range(writers)))
+        counts = proxy.counts
+    assert counts.errors > 0 and counts.dropped > 0, counts  # the faults did happen
+    succeeded = sorted(s for s, o in outcomes.items() if isinstance(o, int))
+    failed = {s: o for s, o in outcomes.items() if not isinstance(o, int)}
+    assert len(succeeded) >= writers * appends // 2, failed  # retries absorb most faults
+    ds = await alance.open_dataset(uri, storage_options=moto_target.storage_options)
+    ids = sorted_ids(await ds.to_table())
+    assert len(ids) == len(set(ids)), "some append was committed twice"
+    present = {i // 100 * 100 for i in ids if i >= 1000}
+    for start in succeeded:
+        assert start in present, f"append {start} reported success but is missing"
+    for start, exc in failed.items():
+        if start in present:  # only allowed when the commit's outcome was reported unknown
+            assert "outcome unknown" in str(exc) or "may or may not" in str(exc), exc
+    assert ds.version == 1 + len(present)
+    versions = [outcomes[s] for s in succeeded]
+    assert len(set(versions)) == len(versions)  # no two appends got the same version
+    theirs = await asyncio.to_thread(lance.dataset, uri,
+                                     storage_options=moto_target.storage_options)
+    assert theirs.version == ds.version and sorted_ids(theirs.to_table()) == ids
