@@ -1,4 +1,5 @@
-"""Commits through DynamoDB survive killed writers, flaky networks and many processes.
+"""Commits survive killed writers, flaky networks and many processes (DynamoDB; and plain S3
+conditional puts through the fault proxy).
 
 * A writer process is SIGKILLed right after each step of the external-store commit
   (:data:`alance.commit.external.COMMIT_STEPS`). Readers (alance and pylance, through DynamoDB
