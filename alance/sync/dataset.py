@@ -57,7 +57,23 @@ __all__ = ["ChangeFeed", "DatasetOptimizer", "LanceDataset", "LanceStats", "Merg
 # -- scans ---------------------------------------------------------------------------------------
 
 class _ScanTwin(Twin):
-    """What the blocking scanners share: Arrow readers, C streams and pandas over the scan."""
+    """What the blocking scanners share: their schemas, and Arrow readers, C streams and
+    pandas over the scan."""
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields."""
+        return self._async.output_schema
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields (pylance's name)."""
+        return self._async.projected_schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The schema of the dataset version scanned."""
+        return self._async.dataset_schema
 
     def to_reader(self) -> pa.RecordBatchReader:
         """The result as a :class:`pyarrow.RecordBatchReader`: batches are read as the
@@ -79,21 +95,6 @@ class Scanner(_ScanTwin, of=_AsyncScanner):
     """Blocking twin of :class:`alance.Scanner`."""
 
     @property
-    def output_schema(self) -> pa.Schema:
-        """The schema of the batches this scan yields."""
-        return self._async.output_schema
-
-    @property
-    def projected_schema(self) -> pa.Schema:
-        """The schema of the batches this scan yields (pylance's name)."""
-        return self._async.projected_schema
-
-    @property
-    def dataset_schema(self) -> pa.Schema:
-        """The schema of the dataset version scanned."""
-        return self._async.dataset_schema
-
-    @property
     def stats(self) -> Any:
         """Counters of what page statistics let the scan skip (see :meth:`explain`)."""
         return self._async.stats
@@ -109,21 +110,6 @@ class Scanner(_ScanTwin, of=_AsyncScanner):
 
 class NearestScanner(_ScanTwin, of=_AsyncNearestScanner):
     """Blocking twin of a nearest-neighbour search (``scanner(nearest=...)``)."""
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The schema of the result."""
-        return self._async.output_schema
-
-    @property
-    def projected_schema(self) -> pa.Schema:
-        """The schema of the result (pylance's name)."""
-        return self._async.projected_schema
-
-    @property
-    def dataset_schema(self) -> pa.Schema:
-        """The schema of the dataset version searched."""
-        return self._async.dataset_schema
 
     to_batches = iterating(_AsyncNearestScanner.to_batches)
     to_table = blocking(_AsyncNearestScanner.to_table)

@@ -31,6 +31,7 @@ from alance.format.manifest import ManifestNamingScheme
 from tests.dynamodb_rig import (
     EXTERNAL_DDB_ENV,
     DdbTarget,
+    FaultCounts,
     FaultProxy,
     create_table,
     ddb_target,
@@ -150,6 +151,27 @@ async def test_reader_killed_while_repairing(ddb_target: DdbTarget) -> None:
     assert await read_ddb(ddb_target, name, "pylance") == expected
 
 
+def check_flaky_appends(outcomes: dict[int, BaseException | int], counts: FaultCounts,
+                        attempted: int, version: int, ids: list[int]) -> None:
+    """What appends through the fault proxy must give: the faults happened; most appends
+    succeeded; each reported one is present once; a failed one is present only if its outcome
+    was reported unknown; versions are unique and the latest counts every present append."""
+    assert counts.errors > 0 and counts.dropped > 0, counts
+    succeeded = sorted(s for s, o in outcomes.items() if isinstance(o, int))
+    failed = {s: o for s, o in outcomes.items() if not isinstance(o, int)}
+    assert len(succeeded) >= attempted // 2, failed  # retries absorb most faults
+    assert len(ids) == len(set(ids)), "some append was committed twice"
+    present = {i // 100 * 100 for i in ids if i >= 1000}
+    for start in succeeded:
+        assert start in present, f"append {start} reported success but is missing"
+    for start, exc in failed.items():
+        if start in present:
+            assert "outcome unknown" in str(exc) or "may or may not" in str(exc), exc
+    assert version == 1 + len(present)
+    versions = [outcomes[s] for s in succeeded]
+    assert len(set(versions)) == len(versions), "two appends got the same version"
+
+
 # -- injected faults --------------------------------------------------------------------------
 async def test_faulty_network_commits_succeed_or_fail_cleanly(ddb_target: DdbTarget) -> None:
     name = "faults"
@@ -174,21 +196,8 @@ async def test_faulty_network_commits_succeed_or_fail_cleanly(ddb_target: DdbTar
         async with asyncio.timeout(TIMEOUT):
             await asyncio.gather(*(writer(w) for w in range(writers)))
         counts = proxy.counts
-    assert counts.errors > 0 and counts.dropped > 0, counts  # the faults did happen
-    succeeded = sorted(s for s, o in outcomes.items() if isinstance(o, int))
-    failed = {s: o for s, o in outcomes.items() if not isinstance(o, int)}
-    assert len(succeeded) >= writers * appends // 2, failed  # retries absorb most faults
     version, ids = await read_ddb(ddb_target, name, "alance")
-    assert len(ids) == len(set(ids)), "some append was committed twice"
-    present = {i // 100 * 100 for i in ids if i >= 1000}
-    for start in succeeded:
-        assert start in present, f"append {start} reported success but is missing"
-    for start, exc in failed.items():
-        if start in present:  # only allowed when the commit's outcome was reported unknown
-            assert "outcome unknown" in str(exc), exc
-    assert version == 1 + len(present)
-    assert sorted(set(outcomes[s] for s in succeeded)) == sorted(  # type: ignore[type-var]
-        outcomes[s] for s in succeeded)  # no two appends got the same version
+    check_flaky_appends(outcomes, counts, writers * appends, version, ids)
     assert await read_ddb(ddb_target, name, "pylance") == (version, ids)
     assert sorted(paths_by_version(ddb_target, name).values()) == sorted(
         final_key(v) for v in range(1, version + 1))
@@ -265,22 +274,9 @@ async def test_faulty_network_conditional_put_commits(moto_target: S3Target) -> 
         async with asyncio.timeout(TIMEOUT):
             await asyncio.gather(*(writer(w) for w in range(writers)))
         counts = proxy.counts
-    assert counts.errors > 0 and counts.dropped > 0, counts  # the faults did happen
-    succeeded = sorted(s for s, o in outcomes.items() if isinstance(o, int))
-    failed = {s: o for s, o in outcomes.items() if not isinstance(o, int)}
-    assert len(succeeded) >= writers * appends // 2, failed  # retries absorb most faults
     ds = await alance.open_dataset(uri, storage_options=moto_target.storage_options)
     ids = sorted_ids(await ds.to_table())
-    assert len(ids) == len(set(ids)), "some append was committed twice"
-    present = {i // 100 * 100 for i in ids if i >= 1000}
-    for start in succeeded:
-        assert start in present, f"append {start} reported success but is missing"
-    for start, exc in failed.items():
-        if start in present:  # only allowed when the commit's outcome was reported unknown
-            assert "outcome unknown" in str(exc) or "may or may not" in str(exc), exc
-    assert ds.version == 1 + len(present)
-    versions = [outcomes[s] for s in succeeded]
-    assert len(set(versions)) == len(versions)  # no two appends got the same version
+    check_flaky_appends(outcomes, counts, writers * appends, ds.version, ids)
     theirs = await asyncio.to_thread(lance.dataset, uri,
                                      storage_options=moto_target.storage_options)
     assert theirs.version == ds.version and sorted_ids(theirs.to_table()) == ids
