@@ -48,6 +48,7 @@ from alance.dataset.query.take_pages import read_fragment_rows
 from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
 from alance.format.schema import LanceField, as_schema, with_extension_type
+from alance.io.plans import decode_pool
 
 __all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "row_addresses"]
 DEFAULT_BATCH_SIZE = 8192
@@ -86,11 +87,16 @@ def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
 
 
 
+#: Chunks with at least this many rows are filtered on a decode thread, not on the event loop
+#: (Acero releases the GIL: the filter then runs next to decoding and the loop stays free).
+_OFFLOAD_FILTER_ROWS = 64 * 1024
+
+
 def _filter_batch(batch: pa.RecordBatch, expression: pc.Expression) -> pa.RecordBatch:
     """The rows of ``batch`` where ``expression`` holds, in order.
 
-    Evaluated by Acero on the calling thread: a chunk's filter is a small job, and handing
-    it to Arrow's thread pool costs more than it saves on a busy machine.
+    Evaluated by Acero single-threaded on the calling thread (Arrow's own thread pool costs
+    more than it saves for one chunk on a busy machine).
     """
     plan = acero.Declaration.from_sequence([
         acero.Declaration("table_source",
@@ -390,7 +396,11 @@ class Scanner:
                                               schema=head.schema.append(
                                                   pa.field(_POSITION, pa.int64())))
         try:
-            selected = _filter_batch(head, self.filter)
+            if head.num_rows >= _OFFLOAD_FILTER_ROWS:  # a big chunk: off the event loop
+                selected = await asyncio.get_running_loop().run_in_executor(
+                    decode_pool(), _filter_batch, head, self.filter)
+            else:
+                selected = _filter_batch(head, self.filter)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
         names = self._output_names
