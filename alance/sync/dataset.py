@@ -511,6 +511,9 @@ class MergeInsertBuilder(Twin, of=_M):
         self._async = builder
         self._target = target
 
+    def _adopted(self) -> None:
+        self._target = None
+
     when_matched_update_all = forwarding(_M.when_matched_update_all, returns=returning_self)
     when_not_matched_insert_all = forwarding(_M.when_not_matched_insert_all,
                                              returns=returning_self)

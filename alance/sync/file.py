@@ -111,6 +111,9 @@ class LanceFileWriter(Twin, of=_W):
                          **kwargs)
         self._async = _writer
 
+    def _adopted(self) -> None:
+        self._lock = threading.Lock()
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run."""

@@ -4,7 +4,7 @@
 docstring and signature (``inspect.signature`` follows ``__wrapped__``; type checkers see the
 same parameters through ``ParamSpec``) that runs it on alance's background event loop
 (:mod:`alance._loop`) and waits. Nothing is restated, so the two APIs cannot drift;
-``tests/test_sync_facade.py`` checks that every public async method has a twin.
+``tests/sync/test_sync_twins.py`` checks that every public async method has a twin.
 
 The derivations:
 
@@ -64,6 +64,10 @@ class Twin:
     def __reduce__(self) -> tuple[Any, ...]:
         return (twin_of, (self._async,))
 
+    def _adopted(self) -> None:
+        """Called when :func:`twin_of` wraps an async object without ``__init__``: a twin
+        with state of its own (a lock, a target) sets it up here."""
+
 
 def twin_of(value: Any) -> Any:
     """``value`` in its blocking twin if it is an async object that has one; lists and tuples
@@ -72,6 +76,7 @@ def twin_of(value: Any) -> Any:
     if cls is not None:
         twin = cls.__new__(cls)
         twin._async = value
+        twin._adopted()
         return twin
     if isinstance(value, list) and value and type(value[0]) in _TWINS:
         return [twin_of(v) for v in value]
