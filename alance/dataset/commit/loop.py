@@ -31,7 +31,7 @@ from alance.commit.handler import CommitHandler
 from alance.dataset.commit.rebase import finish_rebase
 from alance.dataset.fragments.deletions import WrittenFiles
 from alance.dataset.versions.auto_cleanup import AUTO_CLEANUP_INTERVAL, auto_cleanup_hook
-from alance.dataset.versions.snapshot import Snapshot, load_snapshot
+from alance.dataset.versions.snapshot import Snapshot, committed_here, load_snapshot
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,
@@ -322,9 +322,10 @@ class _CommitLoop:
             mf = await self._build(current, txn, name)
             scheme = current.location.naming_scheme if current is not None else (
                 self.naming_scheme)
+            encoded = encode_manifest_file(mf)
             try:
                 location = await self.handler.commit(self.store, mf.manifest.version,
-                                                     encode_manifest_file(mf), scheme)
+                                                     encoded, scheme)
             except StoreError as exc:
                 # The manifest may have been written before the failure (a lost response):
                 # read the version back to learn what happened.
@@ -358,6 +359,7 @@ class _CommitLoop:
                 await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
                 catch_up = True
                 continue
+            committed_here(encoded)
             await _write_hint(self.store, location.version)
             return Snapshot(location, mf)
         raise CommitConflictError(

@@ -103,9 +103,7 @@ async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> S
     digest = hashlib.blake2b(data, digest_size=16).digest()
     if digest not in _VALIDATED:  # the same bytes were checked before: same verdict
         validate_manifest(manifest_file.manifest, location.path)
-        if len(_VALIDATED) >= 4096:
-            _VALIDATED.clear()
-        _VALIDATED.add(digest)
+        _remember(digest)
     snapshot = Snapshot(location, manifest_file)
     await _count_unknown_deletions(store, snapshot)
     return snapshot
@@ -149,5 +147,18 @@ async def _count_unknown_deletions(store: DatasetStore, snapshot: Snapshot) -> N
 
 
 #: Digests of manifest files that passed :func:`validate_manifest` (a service reopens the
-#: same versions over and over; checking 100 fragments costs more than the open itself).
+#: same versions over and over; checking 100 fragments costs more than the open itself), or
+#: that this process committed (built from a checked version and its own writes).
 _VALIDATED: set[bytes] = set()
+
+
+def _remember(digest: bytes) -> None:
+    if len(_VALIDATED) >= 4096:
+        _VALIDATED.clear()
+    _VALIDATED.add(digest)
+
+
+def committed_here(data: bytes) -> None:
+    """Note that this process committed the manifest file ``data``: loading it back (the next
+    commit's base) needs no check of its numbers."""
+    _remember(hashlib.blake2b(data, digest_size=16).digest())
