@@ -79,11 +79,23 @@ class CommitHandler(abc.ABC):
         return [found[v] for v in sorted(found)]
 
     async def latest(self, store: DatasetStore) -> ManifestLocation:
-        """The newest committed version; :class:`DatasetNotFoundError` if there is none."""
-        versions = await self.list_versions(store)
-        if not versions:
+        """The newest committed version; :class:`DatasetNotFoundError` if there is none.
+
+        Read from the names in ``_versions/`` only (no sizes: on a local disk that is one
+        ``listdir`` however many versions there are; every commit asks)."""
+        best: tuple[int, int, str, ManifestNamingScheme] | None = None
+        for path in await store.list_names(VERSIONS_DIR):
+            name = path.rsplit("/", 1)[-1]
+            parsed = parse_manifest_file_name(name) if path == f"{VERSIONS_DIR}/{name}" else None
+            if parsed is None or is_detached_version(parsed[0]):
+                continue
+            version, scheme = parsed
+            key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        if best is None:
             raise DatasetNotFoundError(f"no dataset at {store.uri}")
-        return versions[-1]
+        return ManifestLocation(best[0], best[2], best[3])
 
     async def resolve(self, store: DatasetStore, version: int) -> ManifestLocation:
         """The location of one version; :class:`NotFoundError` if it does not exist."""

@@ -219,7 +219,9 @@ class Backend(Protocol):
 
     A backend may also offer ``read_cached(key, ranges) -> list[Buffer] | None``: the ranges
     right away, without awaiting, when it can serve them without waiting (``None`` else);
-    :meth:`DatasetStore.get_ranges_many` uses it to skip the task per object.
+    :meth:`DatasetStore.get_ranges_many` uses it to skip the task per object. And
+    ``async list_names(prefix) -> list[str] | None``: the keys directly under a directory,
+    names only, when that is cheaper than ``list`` (``None``: it is not).
     """
 
     async def get(self, key: str) -> bytes: ...
@@ -373,6 +375,17 @@ class ObstoreBackend:
         except Exception as exc:
             raise_mapped(exc, key)
 
+    async def list_names(self, prefix: str) -> list[str] | None:
+        """Keys directly under the directory ``prefix``, names only (no sizes or times), when
+        that is cheaper than :meth:`list` (a local file system: one ``listdir``, where
+        obstore stats every file); ``None`` otherwise."""
+        if not self._pread:
+            return None
+        directory = "/" + prefix.rstrip("/")
+        names = await asyncio.get_running_loop().run_in_executor(_pread_executor(), _names_in,
+                                                                 directory)
+        return [f"{prefix.rstrip('/')}/{n}" for n in names]
+
     async def list(self, prefix: str) -> list[Meta]:
         _mark_obstore_used()
         out: list[Meta] = []
@@ -475,6 +488,14 @@ def _pread_executor() -> ThreadPoolExecutor:
                 started.wait()
                 _pread_pool, _pread_pid = pool, pid
     return _pread_pool
+
+
+def _names_in(directory: str) -> list[str]:
+    """The entry names of a local directory (none if it does not exist)."""
+    try:
+        return os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -616,6 +637,11 @@ class PosixBackend:
         if not stat.S_ISREG(st.st_mode):  # a directory is not an object
             raise NotFoundError(f"not found: {key}")
         return _meta_of(key, st)
+
+    async def list_names(self, prefix: str) -> list[str] | None:
+        """Keys directly under the directory ``prefix`` (one ``listdir``)."""
+        names = await self._call(prefix, _names_in, self._path(prefix.rstrip("/")))
+        return [f"{prefix.rstrip('/')}/{n}" for n in names]
 
     async def list(self, prefix: str) -> list[Meta]:
         root = prefix.rstrip("/")

@@ -22,7 +22,7 @@ import random
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from alance.errors import (
     CorruptFileError,
@@ -353,6 +353,20 @@ class DatasetStore:
         """Every object under the directory ``prefix`` (recursive)."""
         key = self._key(prefix) + "/"
         return [self._meta(m) for m in await self._retrying(lambda b: b.list(key))]
+
+    async def list_names(self, prefix: str) -> builtins.list[str]:
+        """Paths of the objects directly in the directory ``prefix``, without their sizes or
+        times: cheaper than :meth:`list` where the backend can (local disks list a directory
+        in one call, obstore stats every file); else :meth:`list` filtered."""
+        key = self._key(prefix)
+        lister = getattr(self.backend, "list_names", None)  # optional (see Backend)
+        found: builtins.list[str] | None = None
+        if lister is not None:
+            found = await self._retrying(lambda b: cast(Any, b).list_names(key))
+        if found is None:
+            return [m.path for m in await self.list(prefix)
+                    if m.path.rsplit("/", 1)[0] == prefix.rstrip("/")]
+        return [self._rel(k) for k in found]
 
     # -- writes ------------------------------------------------------------------------------
     async def put(self, path: str, data: bytes) -> None:
