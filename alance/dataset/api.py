@@ -69,7 +69,12 @@ from alance.dataset.query.take_rows import take_rows_by_id
 from alance.dataset.versions.auto_cleanup import auto_cleanup_config
 from alance.dataset.versions.bases import DatasetBasePath, registered, resolve_targets, target_of
 from alance.dataset.versions.cleanup import CleanupStats, cleanup_old_versions
-from alance.dataset.versions.snapshot import Snapshot, load_snapshot, load_snapshot_at
+from alance.dataset.versions.snapshot import (
+    Snapshot,
+    load_latest,
+    load_snapshot,
+    load_snapshot_at,
+)
 from alance.dataset.versions.tags import Tags, resolve_version
 from alance.errors import (
     AlreadyExistsError,
@@ -790,7 +795,8 @@ async def write_dataset(
     params = WriteParams(max_rows_per_file, max_rows_per_group, max_bytes_per_file)
     store, handler = _destination(uri, storage_options, commit_handler)  # uri: or a dataset
     try:
-        base: Snapshot | None = await load_snapshot(store, handler)
+        base: Snapshot | None = await load_latest(
+            store, handler, uri._snapshot if isinstance(uri, LanceDataset) else None)
     except DatasetNotFoundError:
         base = None
     if base is not None:

@@ -90,6 +90,16 @@ async def load_snapshot(store: DatasetStore, handler: CommitHandler,
     return await load_snapshot_at(store, location)
 
 
+async def load_latest(store: DatasetStore, handler: CommitHandler,
+                      known: Snapshot | None = None) -> Snapshot:
+    """The newest version; ``known`` itself (its manifest not read again) when it is that
+    version, as a handle writing to its own dataset usually is."""
+    location = await handler.latest(store)
+    if known is not None and known.version == location.version:
+        return known
+    return await load_snapshot_at(store, location)
+
+
 async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> Snapshot:
     """Read and check the manifest at a known location.
 
