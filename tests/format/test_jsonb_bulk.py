@@ -1,0 +1,50 @@
+"""The column kernel for JSONB -> JSON text prints exactly what the per-value printer prints."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alance.errors import CorruptFileError
+from alance.format import jsonb
+
+_scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(max_size=12))
+_values = st.recursive(_scalars, lambda kids: st.lists(kids, max_size=5)
+                       | st.dictionaries(st.text(max_size=6), kids, max_size=5), max_leaves=20)
+
+
+def _column(docs: list[object | None]) -> pa.Array:
+    return pa.array([None if d is None else jsonb.from_text(json.dumps(d)) for d in docs],
+                    pa.large_binary())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.none() | _values, min_size=jsonb.BULK_MIN_VALUES,
+                max_size=3 * jsonb.BULK_MIN_VALUES))
+def test_column_kernel_prints_what_the_value_printer_prints(docs: list[object | None]) -> None:
+    column = _column(docs)
+    got = jsonb.array_to_text(column).storage.to_pylist()
+    assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
+
+
+def test_floats_and_integers_at_the_edges() -> None:
+    values = [0.0, -0.0, 1.0, 100.0, 1e15, 1e16, 1e17, 1.5e-5, 1e-5, 1e-4, 1e-6, 2.5e-7, 0.1,
+              123.456, 9999999999999998.0,
+              2**63 - 1, -(2**63), 2**64 - 1, 0, -1, 255, 65536, 1e300, 5e-324]
+    docs = [[v] for v in values] * 4
+    column = _column(docs)
+    got = jsonb.array_to_text(column).storage.to_pylist()
+    assert got == [jsonb.to_text(v) for v in column.to_pylist()]
+
+
+def test_damaged_values_raise_the_per_value_error() -> None:
+    good = [jsonb.from_text('{"a":[1,2]}')] * jsonb.BULK_MIN_VALUES
+    column = pa.array([*good, b"\x80\x00\x00\x05\x00"], pa.large_binary())
+    with pytest.raises(CorruptFileError):
+        jsonb.array_to_text(column)
