@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from alance.format.jsonb import MAX_DEPTH, _float_text
+from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
 
-__all__ = ["bulk_text"]
+__all__ = ["BULK_MIN_VALUES", "array_to_text", "bulk_text"]
 
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
 _NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = 0, 1, 2, 3, 4, 5
@@ -264,3 +264,48 @@ def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     if not levels:
         texts = pa.array([""] * n, pa.large_string())
     return texts, slow
+
+
+def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """JSON text (``arrow.json`` over utf8) of a binary array of JSONB values (nulls kept)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    if len(storage) >= BULK_MIN_VALUES:
+        return _bulk_to_text(storage)
+    values = storage.to_pylist()
+    texts = [None if v is None else to_text(v) for v in values]
+    return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()), pa.array(texts, pa.utf8()))
+
+
+#: Columns of at least this many values are converted by the column kernel
+#: (:mod:`alance.format.jsonb_bulk`); fewer, value by value.
+BULK_MIN_VALUES = 64
+
+
+def _bulk_to_text(storage: pa.Array) -> pa.Array:
+    storage = storage.cast(pa.large_binary())
+    n = len(storage)
+    offsets = np.frombuffer(storage.buffers()[1], np.int64, n + 1, storage.offset * 8)
+    data = (np.frombuffer(storage.buffers()[2], np.uint8) if storage.buffers()[2] is not None
+            else np.zeros(0, np.uint8))
+    if (offsets[1:] - offsets[:-1]).max(initial=0) > MAX_VALUE_BYTES:
+        values = storage.to_pylist()
+        texts_list = [None if v is None else to_text(v) for v in values]
+        return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()),
+                                              pa.array(texts_list, pa.utf8()))
+    valid = np.asarray(storage.is_valid())
+    rows = np.flatnonzero(valid)
+    texts, slow = bulk_text(data, offsets[:-1][rows], offsets[1:][rows])
+    out = texts.cast(pa.large_string())
+    if slow.any():  # printed one by one (and damaged values raise here)
+        again = rows[slow]
+        fixed = pa.array([to_text(storage[int(i)].as_py()) for i in again], pa.large_string())
+        index = np.arange(len(rows))
+        index[np.flatnonzero(slow)] = len(rows) + np.arange(len(again))
+        out = pa.concat_arrays([out, fixed]).take(pa.array(index))
+    if len(rows) != n:  # nulls back in place
+        index = np.full(n, -1, dtype=np.int64)
+        index[rows] = np.arange(len(rows))
+        out = out.take(pa.array(index, mask=~valid))
+    return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()), out.cast(pa.utf8()))

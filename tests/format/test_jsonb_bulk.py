@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from alance.errors import CorruptFileError
 from alance.format import jsonb
+from alance.format.jsonb_bulk import BULK_MIN_VALUES, array_to_text
 
 _scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
             | st.floats(allow_nan=False, allow_infinity=False)
@@ -25,11 +26,11 @@ def _column(docs: list[object | None]) -> pa.Array:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.none() | _values, min_size=jsonb.BULK_MIN_VALUES,
-                max_size=3 * jsonb.BULK_MIN_VALUES))
+@given(st.lists(st.none() | _values, min_size=BULK_MIN_VALUES,
+                max_size=3 * BULK_MIN_VALUES))
 def test_column_kernel_prints_what_the_value_printer_prints(docs: list[object | None]) -> None:
     column = _column(docs)
-    got = jsonb.array_to_text(column).storage.to_pylist()
+    got = array_to_text(column).storage.to_pylist()
     assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
 
 
@@ -39,12 +40,12 @@ def test_floats_and_integers_at_the_edges() -> None:
               2**63 - 1, -(2**63), 2**64 - 1, 0, -1, 255, 65536, 1e300, 5e-324]
     docs = [[v] for v in values] * 4
     column = _column(docs)
-    got = jsonb.array_to_text(column).storage.to_pylist()
+    got = array_to_text(column).storage.to_pylist()
     assert got == [jsonb.to_text(v) for v in column.to_pylist()]
 
 
 def test_damaged_values_raise_the_per_value_error() -> None:
-    good = [jsonb.from_text('{"a":[1,2]}')] * jsonb.BULK_MIN_VALUES
+    good = [jsonb.from_text('{"a":[1,2]}')] * BULK_MIN_VALUES
     column = pa.array([*good, b"\x80\x00\x00\x05\x00"], pa.large_binary())
     with pytest.raises(CorruptFileError):
-        jsonb.array_to_text(column)
+        array_to_text(column)

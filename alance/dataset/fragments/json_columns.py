@@ -19,6 +19,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from alance.format import jsonb
+from alance.format.jsonb_bulk import array_to_text
 from alance.format.schema import EXT_META_KEY, EXT_NAME_KEY, LanceField, LanceSchema
 
 ARROW_JSON = "arrow.json"
@@ -104,8 +105,8 @@ def text_view(schema: LanceSchema) -> LanceSchema:
 async def to_text_column(column: pa.Array) -> pa.Array:
     """JSON text of a column of JSONB values (off the event loop when large)."""
     if column.nbytes > OFFLOAD_BYTES:
-        return await asyncio.to_thread(jsonb.array_to_text, column)
-    return jsonb.array_to_text(column)
+        return await asyncio.to_thread(array_to_text, column)
+    return array_to_text(column)
 
 
 __all__ = ["as_jsonb", "is_json", "storage_field", "storage_schema", "text_field",
