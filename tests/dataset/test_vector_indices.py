@@ -119,3 +119,16 @@ def test_recall_matches_pylance(indexed: tuple[str, str, str]) -> None:
     theirs = _recall(lance.dataset(uri), queries, truth, nprobes=3)
     assert abs(ours - theirs) <= 0.01
     assert ours > 0.3
+
+
+def test_list_describe_statistics_as_pylance(indexed: tuple[str, str, str]) -> None:
+    uri, kind, _ = indexed
+    ours, theirs = al.dataset(uri), lance.dataset(uri)
+    mine, their = ours.list_indices(), theirs.list_indices()
+    assert [{**e, "fragment_ids": set(e["fragment_ids"])} for e in mine] == \
+        [{**e, "fragment_ids": set(e["fragment_ids"])} for e in their]
+    assert mine[0]["type"] == kind
+    d, e = ours.describe_indices()[0], theirs.describe_indices()[0]
+    assert (d.index_type, d.type_url, d.details, d.num_rows_indexed) == \
+        (e.index_type, e.type_url, e.details, e.num_rows_indexed)
+    assert ours.index_statistics("vec_idx") == theirs.stats.index_stats("vec_idx")

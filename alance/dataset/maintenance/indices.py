@@ -13,6 +13,7 @@ from alance.dataset.query.indices.describe import (
     list_entries,
     user_indices,
 )
+from alance.dataset.query.indices.ivf import vector_kind
 from alance.dataset.query.indices.reader import index_reader
 from alance.dataset.query.indices.types import type_name
 from alance.errors import IndexNotFoundError
@@ -41,7 +42,7 @@ async def index_stats(ctx: ReadContext, name: str) -> dict[str, Any]:
     unindexed = [f for f in fragments if int(f.id) not in covered]
     created = [int(ix.created_at) for ix in segments if ix.HasField("created_at")]
     return {
-        "index_type": type_name(segments[0]),
+        "index_type": vector_kind(segments[0]) or type_name(segments[0]),
         "name": name,
         "num_indices": len(segments),
         "num_segments": len(segments),

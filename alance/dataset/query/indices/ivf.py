@@ -273,3 +273,39 @@ def pack_codes(pq_nbits: int, codes: np.ndarray, transposed: bool) -> np.ndarray
     if transposed:
         return np.ascontiguousarray(codes.T).reshape(codes.shape)
     return codes
+
+
+# -- what describe / statistics report ---------------------------------------------------------
+_COMPRESSION_NAMES = {"IVF_PQ": "pq"}
+
+
+def details_dict(details: vector_index_pb2.VectorIndexDetails) -> dict[str, Any]:
+    """pylance's ``IndexDescription.details`` of a vector index."""
+    out: dict[str, Any] = {"metric_type": {"l2": "L2", "cosine": "COSINE", "dot": "DOT",
+                                           "hamming": "HAMMING"}[
+                                               metric_name(details.metric_type)]}
+    if details.HasField("product_quantization"):
+        pq = details.product_quantization
+        out["compression"] = {"type": "pq", "num_bits": int(pq.num_bits),
+                              "num_sub_vectors": int(pq.num_sub_vectors)}
+    if details.build_params:
+        out["runtime_hints"] = dict(details.build_params)
+    return out
+
+
+def segment_statistics(kind: str, metric: str, uuid: str, uri: str, model: IvfModel,
+                       storage: dict[str, Any]) -> dict[str, Any]:
+    """pylance's statistics of one IVF segment."""
+    sub = {k: v for k, v in storage.items()
+           if k not in ("codebook_position", "codebook", "codebook_tensor")}
+    if kind == "IVF_PQ":
+        sub["index_type"] = "PQ"
+        sub["metric_type"] = search_metric(metric)
+    else:
+        sub["index_type"] = "FLAT"
+        sub["metric_type"] = metric
+    return {"index_type": kind, "uuid": uuid, "uri": uri, "metric_type": metric,
+            "num_partitions": model.num_partitions, "sub_index": sub,
+            "partitions": [{"size": int(n)} for n in model.lengths],
+            "centroids": model.centroids.astype(np.float64).tolist(),
+            "loss": model.loss, "index_file_version": "V3"}
