@@ -13,7 +13,8 @@ from alance.dataset.query.indices.describe import (
     list_entries,
     user_indices,
 )
-from alance.dataset.query.indices.ivf import vector_kind
+from alance.dataset.query.indices.ivf import is_vector_index, vector_kind
+from alance.dataset.query.indices.ivf_reader import segment_stats
 from alance.dataset.query.indices.reader import index_reader
 from alance.dataset.query.indices.types import type_name
 from alance.errors import IndexNotFoundError
@@ -35,7 +36,8 @@ async def index_stats(ctx: ReadContext, name: str) -> dict[str, Any]:
     if not segments:
         raise IndexNotFoundError(f'Index "{name}" not found')
     reader = index_reader(ctx)
-    per_segment = [await reader.index_stats(ix) for ix in segments]
+    per_segment = [await (segment_stats(reader, ix) if is_vector_index(ix)
+                          else reader.index_stats(ix)) for ix in segments]
     fragments = list(snap.fragments)
     covered = {int(f.id) for ix in segments for f in covered_fragments(ix, fragments)}
     indexed_rows = sum(live_rows(f) for f in fragments if int(f.id) in covered)

@@ -18,6 +18,7 @@ import pyarrow as pa
 from alance._proto import table_pb2, vector_index_pb2
 from alance.dataset.query.indices import ivf
 from alance.dataset.query.indices.reader import IndexReader
+from alance.dataset.query.indices.types import index_dir, uuid_text
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.io.plans import decode_pool
 
@@ -135,3 +136,12 @@ async def search_partitions(reader: IndexReader, segment: IvfSegment, parts: np.
                 np.concatenate([f[1] for f in found]))
 
     return await loop.run_in_executor(decode_pool(), work)
+
+
+async def segment_stats(reader: IndexReader, index: table_pb2.IndexMetadata) -> dict[str, Any]:
+    """pylance's statistics of one IVF segment."""
+    seg = await open_segment(reader, index)
+    root = reader.ctx.store.uri.rstrip("/")
+    return ivf.segment_statistics(seg.kind, seg.metric, uuid_text(index),
+                                  f"{root}/{index_dir(index)}/{ivf.INDEX_FILE}", seg.model,
+                                  seg.storage)

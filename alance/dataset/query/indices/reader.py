@@ -18,7 +18,7 @@ import pyroaring
 
 from alance._proto import table_pb2
 from alance.dataset.fragments.read import ReadContext
-from alance.dataset.query.indices import bitmap, btree, ivf, zonemap
+from alance.dataset.query.indices import bitmap, btree, zonemap
 from alance.dataset.query.indices.predicates import matches
 from alance.dataset.query.indices.rowaddr import (
     RowAddrMap,
@@ -26,13 +26,7 @@ from alance.dataset.query.indices.rowaddr import (
     decode_row_addr_map,
     map_of_addresses,
 )
-from alance.dataset.query.indices.types import (
-    BITMAP_URL,
-    BTREE_URL,
-    index_dir,
-    type_url,
-    uuid_text,
-)
+from alance.dataset.query.indices.types import BITMAP_URL, BTREE_URL, index_dir, type_url
 from alance.dataset.query.row_ids import row_addresses_of, uses_stable_row_ids
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.file import LanceFileReader
@@ -178,13 +172,6 @@ class IndexReader:
                 except ValueError as exc:
                     raise CorruptFileError(f"index {index.name!r}: bad index stats") from exc
             return {"num_bitmaps": (await self.open(index, bitmap.FILE)).num_rows()}
-        if url in ivf.VECTOR_URLS:
-            from alance.dataset.query.indices.ivf_reader import open_segment
-            seg = await open_segment(self, index)
-            root = self.ctx.store.uri.rstrip("/")
-            return ivf.segment_statistics(seg.kind, seg.metric, uuid_text(index),
-                                          f"{root}/{index_dir(index)}/{ivf.INDEX_FILE}",
-                                          seg.model, seg.storage)
         if url == "/lance.table.ZoneMapIndexDetails":
             reader = await self.open(index, "zonemap.lance")
             meta = dict(reader.schema.metadata or {})
