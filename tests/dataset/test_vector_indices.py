@@ -132,3 +132,27 @@ def test_list_describe_statistics_as_pylance(indexed: tuple[str, str, str]) -> N
     assert (d.index_type, d.type_url, d.details, d.num_rows_indexed) == \
         (e.index_type, e.type_url, e.details, e.num_rows_indexed)
     assert ours.index_statistics("vec_idx") == theirs.stats.index_stats("vec_idx")
+
+
+@pytest.mark.parametrize("kind,metric", [("IVF_PQ", "l2"), ("IVF_PQ", "cosine"),
+                                         ("IVF_PQ", "dot"), ("IVF_FLAT", "l2"),
+                                         ("IVF_FLAT", "cosine")])
+def test_alance_built_index_used_by_pylance(tmp_path: Path, kind: str, metric: str) -> None:
+    uri = str(tmp_path / "ds")
+    al.write_dataset(_table(2000, 4), uri, max_rows_per_file=700)
+    al.dataset(uri).create_index("vec", kind, metric=metric, num_partitions=6,
+                                 num_sub_vectors=4)
+    ours, theirs = al.dataset(uri), lance.dataset(uri)
+    assert theirs.list_indices()[0]["type"] == kind
+    assert ours.index_statistics("vec_idx") == theirs.stats.index_stats("vec_idx")
+    plan = theirs.scanner(nearest={"column": "vec", "q": _queries()[0], "k": 10,
+                                   "nprobes": 2}).explain_plan()
+    assert "ANNSubIndex" in plan
+    for q in _queries():
+        for options in ({"nprobes": 2}, {"nprobes": 3, "refine_factor": 2}):
+            nearest = {"column": "vec", "q": q, "k": 10, **options}
+            _same(ours.to_table(nearest=nearest), theirs.to_table(nearest=nearest))
+    truth = [set(ours.to_table(nearest={"column": "vec", "q": q, "k": 10, "metric": metric,
+                                        "use_index": False})["id"].to_pylist())
+             for q in _queries(20)]
+    assert _recall(ours, _queries(20), truth, nprobes=6, refine_factor=5) > 0.9

@@ -93,6 +93,20 @@ class IndexMethods:
         return await create_scalar_index(self, column, index_type, name,  # type: ignore[arg-type]
                                          replace=replace, **kwargs)
 
+    async def create_index(self, column: str, index_type: str, name: str | None = None,
+                           metric: str = "l2", replace: bool = True,
+                           num_partitions: int | None = None,
+                           num_sub_vectors: int | None = None, num_bits: int = 8,
+                           ) -> LanceDataset:
+        """Build an IVF_FLAT / IVF_PQ vector index on ``column`` (named ``{column}_idx``
+        unless ``name`` is given; ``metric`` l2, cosine or dot) in pylance's layout and commit
+        it; returns the new version."""
+        from alance.dataset.maintenance.vector_index_build import create_vector_index
+        return await create_vector_index(
+            self, column, index_type, name, metric,  # type: ignore[arg-type]
+            replace=replace, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
+            num_bits=num_bits)
+
     async def drop_index(self, name: str) -> LanceDataset:
         """Remove index ``name`` (every segment); returns the new version."""
         from alance.dataset.maintenance.index_build import drop_index
