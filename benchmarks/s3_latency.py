@@ -8,7 +8,8 @@ Setup: a local S3 server in a child process (SeaweedFS ``weed mini`` by default,
 ``moto_server`` command) and, in front of it, :mod:`benchmarks.latency_proxy` in another child
 process, which holds every HTTP request for ``--latency-ms`` (and every new connection for the
 same time, one handshake round trip) and counts requests and bytes. pylance writes a legacy
-(v0.2; ``--format`` for 2.x) dataset of ``--rows`` rows (~107 bytes a row: ~214 MB by default) straight to the server;
+(v0.2; ``--format`` for 2.x) dataset of ``--rows`` rows (~107 bytes a row: ~214 MB by default)
+straight to the server;
 then both engines read it *through the proxy*, each run on a freshly opened dataset (no warm
 metadata caches).
 

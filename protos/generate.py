@@ -33,6 +33,7 @@ PROTOS = (
     "rowids.proto",
     "table.proto",
     "transaction.proto",
+    "vector_index.proto",
 )
 MODULES = tuple(p.removesuffix(".proto") + "_pb2" for p in PROTOS)
 
@@ -49,6 +50,7 @@ from . import (
     rowids_pb2,
     table_pb2,
     transaction_pb2,
+    vector_index_pb2,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "rowids_pb2",
     "table_pb2",
     "transaction_pb2",
+    "vector_index_pb2",
 ]
 '''
 

@@ -11,6 +11,7 @@ from . import (
     rowids_pb2,
     table_pb2,
     transaction_pb2,
+    vector_index_pb2,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "rowids_pb2",
     "table_pb2",
     "transaction_pb2",
+    "vector_index_pb2",
 ]

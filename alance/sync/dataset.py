@@ -399,6 +399,7 @@ class LanceDataset(Twin, of=_A):
     list_indices = forwarding(_A.list_indices)
     index_statistics = blocking(_A.index_statistics)
     create_scalar_index = blocking(_A.create_scalar_index, returns=_moves)
+    create_index = blocking(_A.create_index, returns=_moves)
     drop_index = blocking(_A.drop_index, returns=_moves)
     compact_files = blocking(_A.compact_files, returns=_moves_result)
     cleanup_old_versions = blocking(_A.cleanup_old_versions)

@@ -13,6 +13,8 @@ from alance.dataset.query.indices.describe import (
     list_entries,
     user_indices,
 )
+from alance.dataset.query.indices.ivf import is_vector_index, vector_kind
+from alance.dataset.query.indices.ivf_reader import segment_stats
 from alance.dataset.query.indices.reader import index_reader
 from alance.dataset.query.indices.types import type_name
 from alance.errors import IndexNotFoundError
@@ -34,14 +36,15 @@ async def index_stats(ctx: ReadContext, name: str) -> dict[str, Any]:
     if not segments:
         raise IndexNotFoundError(f'Index "{name}" not found')
     reader = index_reader(ctx)
-    per_segment = [await reader.index_stats(ix) for ix in segments]
+    per_segment = [await (segment_stats(reader, ix) if is_vector_index(ix)
+                          else reader.index_stats(ix)) for ix in segments]
     fragments = list(snap.fragments)
     covered = {int(f.id) for ix in segments for f in covered_fragments(ix, fragments)}
     indexed_rows = sum(live_rows(f) for f in fragments if int(f.id) in covered)
     unindexed = [f for f in fragments if int(f.id) not in covered]
     created = [int(ix.created_at) for ix in segments if ix.HasField("created_at")]
     return {
-        "index_type": type_name(segments[0]),
+        "index_type": vector_kind(segments[0]) or type_name(segments[0]),
         "name": name,
         "num_indices": len(segments),
         "num_segments": len(segments),
@@ -89,6 +92,20 @@ class IndexMethods:
         from alance.dataset.maintenance.index_build import create_scalar_index
         return await create_scalar_index(self, column, index_type, name,  # type: ignore[arg-type]
                                          replace=replace, **kwargs)
+
+    async def create_index(self, column: str, index_type: str, name: str | None = None,
+                           metric: str = "l2", replace: bool = True,
+                           num_partitions: int | None = None,
+                           num_sub_vectors: int | None = None, num_bits: int = 8,
+                           ) -> LanceDataset:
+        """Build an IVF_FLAT / IVF_PQ vector index on ``column`` (named ``{column}_idx``
+        unless ``name`` is given; ``metric`` l2, cosine or dot) in pylance's layout and commit
+        it; returns the new version."""
+        from alance.dataset.maintenance.vector_index_build import create_vector_index
+        return await create_vector_index(
+            self, column, index_type, name, metric,  # type: ignore[arg-type]
+            replace=replace, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
+            num_bits=num_bits)
 
     async def drop_index(self, name: str) -> LanceDataset:
         """Remove index ``name`` (every segment); returns the new version."""

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from alance.dataset.query.vector_math import DISTANCE, _matrix, distances, query_vector
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.filter import compile_filter_and_columns
 
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DISTANCE", "NearestScanner", "distances"]
 
-#: The name of the distance column.
-DISTANCE = "_distance"
 _ROW_ID = "_rowid"
 _ROW_ADDRESS = "_rowaddr"
 _SYSTEM = frozenset({_ROW_ID, _ROW_ADDRESS, "_row_created_at_version",
@@ -40,60 +39,6 @@ _METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
 #: Keys of ``nearest`` that tune index searches (a flat search has no index to tune).
 _INDEX_TUNING = {"nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor",
                  "use_index", "ef", "fast_search"}
-
-
-def query_vector(q: Any) -> np.ndarray:
-    """The query as a 1-d float32 array (a list, numpy array, pyarrow array or scalar)."""
-    if isinstance(q, pa.ExtensionScalar):
-        q = q.value
-    if isinstance(q, pa.Scalar):
-        q = q.as_py()
-    if isinstance(q, pa.Array | pa.ChunkedArray):
-        q = q.to_numpy(zero_copy_only=False)
-    try:
-        vector = np.asarray(q, dtype=np.float32).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"nearest: the query is not a vector of numbers: {exc}") from exc
-    if not len(vector):
-        raise InvalidInputError("nearest: the query vector is empty")
-    return vector
-
-
-def distances(vectors: np.ndarray, query: np.ndarray, metric: str) -> np.ndarray:
-    """Distance of every row of ``vectors`` (n x dim) to ``query`` (float32)."""
-    if metric == "l2":
-        diff = vectors - query
-        return np.einsum("ij,ij->i", diff, diff)
-    dots = vectors @ query
-    if metric == "dot":
-        return (1.0 - dots).astype(np.float32)
-    wide = vectors.astype(np.float64)
-    norms = np.linalg.norm(wide, axis=1) * np.linalg.norm(query.astype(np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cosine = np.clip(1.0 - (wide @ query.astype(np.float64)) / norms, 0.0, 2.0)
-    return cosine.astype(np.float32)
-
-
-def _matrix(column: pa.Array | pa.ChunkedArray, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors of a fixed-size-list column as (n x dim float32, validity)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if isinstance(column, pa.ExtensionArray):
-        column = column.storage
-    if not pa.types.is_fixed_size_list(column.type):
-        raise InvalidInputError(f"nearest: the column is {column.type}, not a fixed-size list "
-                                "of numbers")
-    if column.type.list_size != dim:
-        raise InvalidInputError(f"nearest: the query has {dim} dimensions, the column "
-                                f"{column.type.list_size}")
-    valid = np.ones(len(column), bool) if column.null_count == 0 else \
-        np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
-    # Every slot's values (null rows' too), whatever the array's offset and length.
-    values = column.values.slice(column.offset * dim, len(column) * dim)
-    if values.null_count:
-        values = values.fill_null(np.nan)
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(len(column), dim), valid
 
 
 class NearestScanner:
@@ -119,6 +64,8 @@ class NearestScanner:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidInputError(f"nearest: k must be a positive integer, not {k!r}")
         self.k = k
+        self.nearest = dict(nearest)
+        self.metric_given = bool(nearest.get("metric") or nearest.get("distance_type"))
         metric = str(nearest.get("metric") or nearest.get("distance_type") or "l2").lower()
         if metric not in _METRICS:
             raise InvalidInputError(f"nearest: metric must be one of {sorted(_METRICS)}, not "
@@ -188,7 +135,38 @@ class NearestScanner:
         return self.dataset.schema
 
     # -- the search ---------------------------------------------------------------------------
+    def _index_plan(self) -> Any:
+        from alance.dataset.query import ann
+        found = ann.plan(self)
+        if found is not None and not self.metric_given:
+            self.metric = found.metric
+        return found
+
+    def _flat_part(self, fragments: list[int], k: int) -> NearestScanner:
+        """The exhaustive search of some fragments only (prefiltered as this one), for the
+        fragments an index does not cover."""
+        nearest = {"column": self.column, "q": self.query, "k": k, "metric": self.metric}
+        return NearestScanner(self.dataset, nearest, [self.column], self.filter, None, None,
+                              self.batch_size, True, False, fragments, self.prefilter,
+                              False, self.options)
+
     async def _ranked(self) -> pa.Table:
+        found = None if self.nearest.get("use_index") is False else self._index_plan()
+        if found is not None:
+            from alance.dataset.query import ann
+            best = await ann.ranked(self, found)
+        else:
+            best = await self._ranked_raw()
+        if best.num_rows and self.filter is not None and not self.prefilter:
+            expr, _ = compile_filter_and_columns(self.filter, best.schema)
+            best = best.filter(expr)
+        if self.offset or self.limit is not None:
+            stop = None if self.limit is None else self.offset + self.limit
+            best = best.slice(self.offset, None if stop is None else stop - self.offset)
+        return best.select(self._order())
+
+    async def _ranked_raw(self) -> pa.Table:
+        """The flat search's ``k`` best rows (all columns read), before the post-filter."""
         inner = self.dataset.scanner(
             self._read, self.filter if self.prefilter else None, batch_size=self.batch_size,
             fragments=self.fragments, **self.options)
@@ -208,16 +186,12 @@ class NearestScanner:
             if best.num_rows > self.k:
                 best = _top(best, self.k)
         if best is None:
-            empty = {f.name: pa.array([], f.type) for f in self.output_schema}
-            return pa.table(empty, schema=self.output_schema)
-        best = _top(best, self.k)
-        if self.filter is not None and not self.prefilter:
-            expr, _ = compile_filter_and_columns(self.filter, best.schema)
-            best = best.filter(expr)
-        if self.offset or self.limit is not None:
-            stop = None if self.limit is None else self.offset + self.limit
-            best = best.slice(self.offset, None if stop is None else stop - self.offset)
-        return best.select(self._order())
+            schema = self.dataset.schema
+            fields = [pa.field(DISTANCE, pa.float32()) if n == DISTANCE else
+                      pa.field(n, pa.uint64()) if n in (_ROW_ID, _ROW_ADDRESS) else
+                      schema.field(n) for n in [*self._read, DISTANCE]]
+            return pa.schema(fields).empty_table()
+        return _top(best, self.k)
 
     async def to_table(self) -> pa.Table:
         """The nearest rows, closest first."""
@@ -240,7 +214,11 @@ class NearestScanner:
         return (await self._ranked()).num_rows
 
     def explain_plan(self, verbose: bool = False) -> str:
-        """The search as text."""
+        """The search as text (the index used, if any, in the shape of pylance's plan)."""
+        found = None if self.nearest.get("use_index") is False else self._index_plan()
+        if found is not None:
+            from alance.dataset.query import ann
+            return "\n".join(ann.explain_lines(self, found))
         where = (f", prefilter={self.filter!r}" if self.prefilter and self.filter is not None
                  else f", postfilter={self.filter!r}" if self.filter is not None else "")
         return (f"KNNFlat: column={self.column}, k={self.k}, metric={self.metric}{where}\n"

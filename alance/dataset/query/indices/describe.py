@@ -9,6 +9,7 @@ from typing import Any
 
 from alance._proto import table_pb2
 from alance.dataset.fragments.read import live_rows
+from alance.dataset.query.indices import ivf
 from alance.dataset.query.indices.types import type_name, type_url, uuid_text
 from alance.transaction.indices import is_system_index, read_bitmap
 
@@ -38,7 +39,7 @@ class IndexDescription:
     fields: list[int]
     field_names: list[str]
     segments: list[IndexSegmentDescription]
-    details: str = "{}"
+    details: Any = "{}"
 
     @property
     def total_size_bytes(self) -> int:
@@ -99,9 +100,12 @@ def describe(manifest_indices: list[table_pb2.IndexMetadata],
     for name, segments in sorted(user_indices(manifest_indices).items()):
         first = segments[0]
         rows = sum(live_rows(f) for ix in segments for f in covered_fragments(ix, fragments))
+        vector = ivf.is_vector_index(first)
         out.append(IndexDescription(
             name=name, type_url=type_url(first),
-            index_type=(kind(first) if kind is not None else None) or type_name(first),
+            index_type=(ivf.vector_kind(first) if vector else None)
+            or (kind(first) if kind is not None else None) or type_name(first),
+            details=ivf.details_dict(ivf.details_of(first)) if vector else "{}",
             num_rows_indexed=rows, fields=[int(f) for f in first.fields],
             field_names=[field_names.get(int(f), str(f)) for f in first.fields],
             segments=[_segment(ix) for ix in segments]))
