@@ -30,6 +30,7 @@ from alance.errors import (
     PermissionDeniedError,
     StoreError,
     TransientStoreError,
+    UnsupportedFeatureError,
 )
 
 #: botocore's own attempts per call (standard mode: throttling, 5xx and connection errors).
@@ -83,10 +84,21 @@ _session: Any = None
 _warmed: set[str] = set()
 
 
+def _require_aiobotocore() -> None:
+    """aiobotocore is an optional dependency (``alance[dynamodb]``): refuse clearly without it."""
+    try:
+        import aiobotocore  # noqa: F401
+    except ImportError as exc:
+        raise UnsupportedFeatureError(
+            "DynamoDB commits need aiobotocore, which is not installed: "
+            "pip install 'alance[dynamodb]'") from exc
+
+
 def _aio_session() -> Any:
     global _session
     with _session_lock:
         if _session is None:
+            _require_aiobotocore()
             from aiobotocore.session import get_session
 
             _session = get_session()
@@ -150,6 +162,7 @@ async def client(service: str, settings: AwsSettings) -> Any:
         found = holder.clients.get(key)
         if found is not None:
             return found
+        _require_aiobotocore()
         if service not in _warmed:
             # Importing aiobotocore/botocore and loading botocore's JSON models and
             # ~/.aws/config read many files: do that off the event loop, once per process.
