@@ -4,7 +4,9 @@ pylance (and the Rust ``object_store`` crate under it) accept option names with 
 provider prefix (``aws_endpoint`` or ``endpoint``), and mix store settings with HTTP client
 settings (``allow_http``). This module sorts them into obstore's ``config`` and
 ``client_options`` and refuses names it does not know, so a typo never passes silently.
-Environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) are read by obstore.
+Environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) are read by obstore;
+shared AWS profiles (``~/.aws/credentials``, ``~/.aws/config``, ``AWS_PROFILE`` or the
+``profile`` option) by :mod:`alance.io.aws_profile`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import AzureStore, GCSStore, S3Store
 
 from alance.errors import InvalidInputError
+from alance.io.aws_profile import PROFILE_KEYS, profile_settings
 
 #: HTTP client settings (obstore ``client_options``), by their plain names.
 _CLIENT_KEYS = {
@@ -120,9 +123,15 @@ def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
 
 def _build(scheme: str, bucket: str, options: Mapping[str, Any],
            retry_config: dict[str, Any]) -> Any:
+    options = dict(options)
+    profile = None
+    for key in PROFILE_KEYS:
+        if key in options:
+            profile = str(options.pop(key))
     config, client = split_options(scheme, options)
     if scheme == "s3":
         config = {**_env_endpoint(), **config}
+        config = {**config, **profile_settings(config, profile)}
         client = {**_env_client_options(), **client}
         endpoint = str(config.get("endpoint", ""))
         if endpoint.startswith("http://") and "allow_http" not in client:
