@@ -9,16 +9,19 @@ from the shared credentials file (``AWS_SHARED_CREDENTIALS_FILE``, default
 section ``[profile NAME]`` or ``[default]``): keys and session token, ``region``,
 ``endpoint_url``, and ``credential_process`` (run once; its JSON gives the keys). Order: options,
 environment, profile files, then obstore's own chain (web identity, container, instance
-metadata).
+metadata). The files are small and read where the store is opened; a credential process
+runs there too (its answer is kept until its ``Expiration``).
 """
 
 from __future__ import annotations
 
 import configparser
+import datetime as dt
 import json
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,8 +52,17 @@ def _section(parser: configparser.RawConfigParser, *names: str) -> dict[str, str
     return {}
 
 
+#: ``credential_process`` answers by command, with when they stop being valid (seconds since
+#: the epoch; None: never), so that opening many datasets does not run the process each time.
+_PROCESS_KEYS: dict[str, tuple[dict[str, str], float | None]] = {}
+
+
 def _from_process(command: str, profile: str) -> dict[str, str]:
-    """Keys from a ``credential_process`` (the SDKs' JSON protocol, version 1)."""
+    """Keys from a ``credential_process`` (the SDKs' JSON protocol, version 1), run once and
+    again only after the ``Expiration`` it gave (minus a minute)."""
+    cached = _PROCESS_KEYS.get(command)
+    if cached is not None and (cached[1] is None or time.time() < cached[1]):
+        return dict(cached[0])
     try:
         done = subprocess.run(shlex.split(command), capture_output=True, text=True,
                               timeout=60, check=True)
@@ -62,6 +74,14 @@ def _from_process(command: str, profile: str) -> dict[str, str]:
                                     f"{exc}") from exc
     if data.get("SessionToken"):
         out["session_token"] = data["SessionToken"]
+    expires = None
+    if data.get("Expiration"):
+        try:
+            expires = dt.datetime.fromisoformat(str(data["Expiration"]).replace(
+                "Z", "+00:00")).timestamp() - 60
+        except ValueError:
+            expires = time.time()  # unreadable: ask again next time
+    _PROCESS_KEYS[command] = (dict(out), expires)
     return out
 
 
