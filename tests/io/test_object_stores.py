@@ -102,3 +102,18 @@ def test_aws_credential_process(tmp_path: Path, moto_target: Any,
     al.write_dataset(pa.table({"a": [4]}), uri, storage_options={"profile": "mine"})
     assert marker.read_text() == "yes"
     assert al.open_dataset(uri, storage_options={"profile": "mine"}).count_rows() == 1
+
+
+def test_no_credentials_found_is_said_plainly(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in the options, the environment or the profile files, and no instance metadata
+    service: a PermissionDeniedError saying no credentials were found (not retried)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    with pytest.raises(alance.PermissionDeniedError, match="no AWS credentials found"):
+        al.open_dataset("s3://bucket/ds", storage_options={
+            "aws_endpoint": "http://127.0.0.1:9", "aws_region": "us-east-1",
+            "aws_metadata_endpoint": "http://127.0.0.1:9"})
