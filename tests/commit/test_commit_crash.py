@@ -151,6 +151,27 @@ async def test_reader_killed_while_repairing(ddb_target: DdbTarget) -> None:
     assert await read_ddb(ddb_target, name, "pylance") == expected
 
 
+async def append_concurrently(uri: str, options: dict[str, str], writers: int, appends: int,
+                              ) -> dict[int, BaseException | int]:
+    """``writers`` tasks append ``appends`` 10-row batches each (ids from 1000 * (writer + 1)
+    + 100 * k); the version each got, or its typed error, by first id."""
+    outcomes: dict[int, BaseException | int] = {}
+
+    async def writer(w: int) -> None:
+        for k in range(appends):
+            start = 1000 * (w + 1) + 100 * k
+            try:
+                ds = await alance.write_dataset(rows(start, 10), uri, mode="append",
+                                                storage_options=options)
+                outcomes[start] = ds.version
+            except AlanceError as exc:
+                outcomes[start] = exc
+
+    async with asyncio.timeout(TIMEOUT):
+        await asyncio.gather(*(writer(w) for w in range(writers)))
+    return outcomes
+
+
 def check_flaky_appends(outcomes: dict[int, BaseException | int], counts: FaultCounts,
                         attempted: int, version: int, ids: list[int]) -> None:
     """What appends through the fault proxy must give: the faults happened; most appends
@@ -178,23 +199,11 @@ async def test_faulty_network_commits_succeed_or_fail_cleanly(ddb_target: DdbTar
     await alance.write_dataset(rows(0, 10), ddb_target.uri(name),
                                storage_options=ddb_target.storage_options)
     writers, appends = 4, 4
-    outcomes: dict[int, BaseException | int] = {}
     with FaultProxy(ddb_target.endpoint, random_faults(0.10, 0.04, seed=11)) as proxy:
         flaky = ddb_target.via(proxy.endpoint)
 
-        async def writer(w: int) -> None:
-            for k in range(appends):
-                start = 1000 * (w + 1) + 100 * k
-                try:
-                    ds = await alance.write_dataset(
-                        rows(start, 10), flaky.uri(name), mode="append",
-                        storage_options=flaky.storage_options)
-                    outcomes[start] = ds.version
-                except AlanceError as exc:
-                    outcomes[start] = exc
-
-        async with asyncio.timeout(TIMEOUT):
-            await asyncio.gather(*(writer(w) for w in range(writers)))
+        outcomes = await append_concurrently(flaky.uri(name), flaky.storage_options,
+                                             writers, appends)
         counts = proxy.counts
     version, ids = await read_ddb(ddb_target, name, "alance")
     check_flaky_appends(outcomes, counts, writers * appends, version, ids)
@@ -257,22 +266,10 @@ async def test_faulty_network_conditional_put_commits(moto_target: S3Target) -> 
     uri = moto_target.uri("put-faults")
     await alance.write_dataset(rows(0, 10), uri, storage_options=moto_target.storage_options)
     writers, appends = 4, 4
-    outcomes: dict[int, BaseException | int] = {}
     with FaultProxy(moto_target.endpoint, random_faults(0.10, 0.05, seed=5)) as proxy:
         flaky = {**moto_target.storage_options, "aws_endpoint": proxy.endpoint}
 
-        async def writer(w: int) -> None:
-            for k in range(appends):
-                start = 1000 * (w + 1) + 100 * k
-                try:
-                    ds = await alance.write_dataset(rows(start, 10), uri, mode="append",
-                                                    storage_options=flaky)
-                    outcomes[start] = ds.version
-                except AlanceError as exc:
-                    outcomes[start] = exc
-
-        async with asyncio.timeout(TIMEOUT):
-            await asyncio.gather(*(writer(w) for w in range(writers)))
+        outcomes = await append_concurrently(uri, flaky, writers, appends)
         counts = proxy.counts
     ds = await alance.open_dataset(uri, storage_options=moto_target.storage_options)
     ids = sorted_ids(await ds.to_table())
