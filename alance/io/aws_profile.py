@@ -89,6 +89,9 @@ def profile_settings(config: Mapping[str, Any], profile: str | None) -> dict[str
     """Settings to add to an S3 store's obstore ``config`` from the shared AWS files (none
     when the options or the environment already give keys, or nothing is found)."""
     explicit = profile is not None
+    if not explicit and "access_key_id" in config and "endpoint" in config and (
+            "region" in config or "default_region" in config):
+        return {}  # everything given: no files to read
     name = profile or os.environ.get("AWS_PROFILE") or "default"
     env_keys = os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")
     creds = _section(_read(os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), "~/.aws/credentials"),
