@@ -247,6 +247,9 @@ class ExternalManifestCommitHandler(CommitHandler):
     async def _backfill(self, store: DatasetStore, location: ManifestLocation) -> None:
         """Record a version found only in the object store (best effort)."""
         size = location.size
+        if size is None:  # found by name only: the entry records the manifest's size
+            with contextlib.suppress(AlanceError):
+                size = (await store.head(location.path)).size
         entry = ExternalEntry(location.version, self._full(store, location.path), size)
         try:
             await self.external.put_if_not_exists(self.base_uri(store), entry)
