@@ -156,6 +156,10 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
         return NotFoundError(f"not found: {what}")
     if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
         return AlreadyExistsError(f"already exists: {what}")
+    if isinstance(exc, _ObsUnauthenticated) and _PROVIDER_FAILED in str(exc):
+        # alance's credential provider explained why there are no credentials: say that.
+        reason = str(exc).split(_PROVIDER_FAILED, 1)[1].split("\n\n", 1)[0].strip()
+        return PermissionDeniedError(f"{reason} (on {what})")
     if isinstance(exc, (_ObsPermissionDenied, _ObsUnauthenticated, PermissionError)):
         return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
     if isinstance(exc, (_ObsNotSupported, _ObsInvalidPath, _ObsUnknownConfig, IsADirectoryError)):
@@ -179,6 +183,10 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
     if code is not None and code in _PERMANENT_ERRNOS:
         return StoreError(f"object store error on {what}: {os.strerror(code)}")
     return TransientStoreError(f"object store error on {what}: {_first_line(exc)}")
+
+
+#: How obstore words a failure of a Python credential provider that raised alance's error.
+_PROVIDER_FAILED = "PermissionDeniedError: "
 
 
 def _first_line(exc: BaseException) -> str:

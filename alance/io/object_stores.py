@@ -4,7 +4,10 @@ pylance (and the Rust ``object_store`` crate under it) accept option names with 
 provider prefix (``aws_endpoint`` or ``endpoint``), and mix store settings with HTTP client
 settings (``allow_http``). This module sorts them into obstore's ``config`` and
 ``client_options`` and refuses names it does not know, so a typo never passes silently.
-Environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) are read by obstore.
+S3 credentials, region and endpoint are resolved as the AWS SDKs do (storage options, the
+environment, web identity, the ``profile`` option / ``AWS_PROFILE`` in the shared config files
+with ``credential_process``, container credentials, instance metadata): see
+:mod:`alance.io.aws_credentials`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import AzureStore, GCSStore, S3Store
 
 from alance.errors import InvalidInputError
+from alance.io import aws_credentials
 
 #: HTTP client settings (obstore ``client_options``), by their plain names.
 _CLIENT_KEYS = {
@@ -54,7 +58,7 @@ _PREFIXES = {"s3": ("aws_",), "gs": ("google_", "gcs_"), "az": ("azure_storage_"
 
 #: Options alance itself understands (taken out before the rest goes to obstore).
 ALANCE_KEYS = {"max_concurrency", "coalesce_bytes", "max_retries", "retry_timeout",
-               "dynamodb_endpoint"}
+               "dynamodb_endpoint", "profile"}
 
 
 def _truthy(value: Any) -> bool:
@@ -120,9 +124,16 @@ def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
 
 def _build(scheme: str, bucket: str, options: Mapping[str, Any],
            retry_config: dict[str, Any]) -> Any:
+    options = dict(options)
+    profile = options.pop("profile", None) or options.pop("aws_profile", None)
+    options.pop("aws_profile", None)
+    if profile is not None and scheme != "s3":
+        raise InvalidInputError(f"unknown storage option 'profile' for {scheme}:// URIs")
     config, client = split_options(scheme, options)
     if scheme == "s3":
-        config = {**_env_endpoint(), **config}
+        resolved = aws_credentials.resolve(bucket, config, str(profile) if profile else None,
+                                           config.pop("metadata_endpoint", None))
+        config = {**_env_endpoint(), **resolved.config, **config}
         client = {**_env_client_options(), **client}
         endpoint = str(config.get("endpoint", ""))
         if endpoint.startswith("http://") and "allow_http" not in client:
@@ -132,7 +143,8 @@ def _build(scheme: str, bucket: str, options: Mapping[str, Any],
         client.setdefault("connect_timeout", timedelta(seconds=5))
         client.setdefault("timeout", timedelta(seconds=60))
         return S3Store(bucket, config=config, client_options=client,  # type: ignore[arg-type]
-                       retry_config=retry_config)  # type: ignore[arg-type]
+                       retry_config=retry_config,  # type: ignore[arg-type]
+                       credential_provider=resolved.provider)  # type: ignore[arg-type]
     if scheme == "gs":
         return GCSStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
                         retry_config=retry_config)  # type: ignore[arg-type]
