@@ -37,6 +37,7 @@ from alance.errors import (
     CommitOutcomeUnknownError,
     CorruptFileError,
     DatasetNotFoundError,
+    DeadlineExceededError,
     EmptyWriteError,
     IncompatibleTransactionError,
     IndexNotFoundError,
@@ -55,6 +56,7 @@ from alance.errors import (
     UnrepresentableValueError,
     UnsupportedFeatureError,
 )
+from alance.io.deadline import deadline
 
 __all__ = [
     "AlanceError",
@@ -73,6 +75,8 @@ __all__ = [
     "CorruptFileError",
     "DataFile",
     "DatasetNotFoundError",
+    "DeadlineExceededError",
+    "deadline",
     "DeletionFile",
     "DeletionPart",
     "DistributedCompaction",

@@ -58,7 +58,11 @@ _PREFIXES = {"s3": ("aws_",), "gs": ("google_", "gcs_"), "az": ("azure_storage_"
 
 #: Options alance itself understands (taken out before the rest goes to obstore).
 ALANCE_KEYS = {"max_concurrency", "coalesce_bytes", "max_retries", "retry_timeout",
-               "dynamodb_endpoint", "profile"}
+               "dynamodb_endpoint", "profile", "deadline"}
+
+#: One HTTP request to S3 may take this long (storage option ``timeout``), so that a retry
+#: still fits in the default per-operation deadline of 60 s.
+REQUEST_TIMEOUT = timedelta(seconds=30)
 
 
 def _truthy(value: Any) -> bool:
@@ -141,7 +145,9 @@ def _build(scheme: str, bucket: str, options: Mapping[str, Any],
         # S3 has no native copy-if-absent; a multipart copy with a precondition does it.
         config.setdefault("copy_if_not_exists", "multipart")
         client.setdefault("connect_timeout", timedelta(seconds=5))
-        client.setdefault("timeout", timedelta(seconds=60))
+        # One request may take REQUEST_TIMEOUT; the whole operation, retries included, is
+        # bounded by the store's deadline (alance.io.deadline: 60 s unless set).
+        client.setdefault("timeout", REQUEST_TIMEOUT)
         return S3Store(bucket, config=config, client_options=client,  # type: ignore[arg-type]
                        retry_config=retry_config,  # type: ignore[arg-type]
                        credential_provider=resolved.provider)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from alance.dataset.fragments.progress import (
 )
 from alance.dataset.versions.auto_cleanup import AutoCleanupConfig
 from alance.dataset.versions.bases import DatasetBasePath
+from alance.io.deadline import deadline
 from alance.sync import file, schema
 from alance.sync.compaction import Compaction, CompactionPlan, CompactionTask, RewriteResult
 from alance.sync.dataset import (
@@ -77,6 +78,7 @@ __all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BulkCom
            "LanceSchema", "LanceStats", "MergeInsertBuilder", "NearestScanner",
            "NoopFragmentWriteProgress", "RewriteResult", "RowIdMeta", "Scanner",
            "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder", "Tags", "Transaction",
-           "batch_udf", "dataset", "file", "format_fragment", "manifest_needs_migration",
-           "open_dataset", "plan_delete", "plan_distributed_compaction", "plan_update",
+           "batch_udf", "dataset", "deadline", "file", "format_fragment",
+           "manifest_needs_migration", "open_dataset", "plan_delete",
+           "plan_distributed_compaction", "plan_update",
            "plan_write", "schema", "vector", "write_dataset", "write_fragments"]
