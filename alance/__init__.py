@@ -37,6 +37,7 @@ from alance.errors import (
     CommitOutcomeUnknownError,
     CorruptFileError,
     DatasetNotFoundError,
+    DeadlineExceededError,
     EmptyWriteError,
     IncompatibleTransactionError,
     IndexNotFoundError,
@@ -55,6 +56,7 @@ from alance.errors import (
     UnrepresentableValueError,
     UnsupportedFeatureError,
 )
+from alance.io.deadline import deadline
 from alance.io.store import iops_counter
 
 __all__ = [
@@ -75,6 +77,8 @@ __all__ = [
     "CorruptFileError",
     "DataFile",
     "DatasetNotFoundError",
+    "DeadlineExceededError",
+    "deadline",
     "DeletionFile",
     "DeletionPart",
     "DistributedCompaction",

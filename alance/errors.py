@@ -25,6 +25,7 @@ Every error alance raises on purpose derives from :class:`AlanceError`::
     └── StoreError
         ├── TransientStoreError       (retried by alance before it reaches you)
         ├── CommitOutcomeUnknownError (a commit may or may not have happened)
+        ├── DeadlineExceededError     (also TimeoutError; an operation ran out of time)
         └── PermissionDeniedError     (also PermissionError)
 
 Every class is defined here (``tests/test_errors_tree.py`` checks this tree against the code).
@@ -166,6 +167,14 @@ class CommitOutcomeUnknownError(StoreError):
     """
 
 
+class DeadlineExceededError(StoreError, TimeoutError):
+    """An object store operation did not finish within its deadline, retries included (the
+    storage option ``deadline``, or an :func:`alance.deadline` block around the call).
+
+    A write that raises it committed nothing (see :mod:`alance.io.deadline`).
+    """
+
+
 class PermissionDeniedError(StoreError, PermissionError):
     """The store refused the credentials or the access (never retried)."""
 
@@ -190,6 +199,7 @@ __all__ = [
     "CommitOutcomeUnknownError",
     "CorruptFileError",
     "DatasetNotFoundError",
+    "DeadlineExceededError",
     "EmptyWriteError",
     "IncompatibleTransactionError",
     "InvalidInputError",

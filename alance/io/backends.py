@@ -156,18 +156,14 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
         return NotFoundError(f"not found: {what}")
     if isinstance(exc, (_ObsAlreadyExists, _ObsPrecondition, FileExistsError)):
         return AlreadyExistsError(f"already exists: {what}")
+    if isinstance(exc, _ObsUnauthenticated) and _PROVIDER_FAILED in str(exc):
+        # alance's credential provider explained why there are no credentials: say that.
+        reason = str(exc).split(_PROVIDER_FAILED, 1)[1].split("\n\n", 1)[0].strip()
+        return PermissionDeniedError(f"{reason} (on {what})")
     if isinstance(exc, (_ObsPermissionDenied, _ObsUnauthenticated, PermissionError)):
         return PermissionDeniedError(f"access denied on {what}: {_first_line(exc)}")
     if isinstance(exc, (_ObsNotSupported, _ObsInvalidPath, _ObsUnknownConfig, IsADirectoryError)):
         return StoreError(f"object store error on {what}: {_first_line(exc)}")
-    if isinstance(exc, _ObsGeneric) and _NO_CREDENTIALS in str(exc):
-        # obstore fell through its chain to the instance metadata service and could not get
-        # a token: there are no credentials to be found (permanent: not retried).
-        return PermissionDeniedError(
-            f"no AWS credentials found for {what}: none in the storage options, the "
-            "environment (AWS_ACCESS_KEY_ID...), the shared profile files (~/.aws, "
-            "AWS_PROFILE) or web identity, and the instance metadata service gave none "
-            f"({_first_line(exc)})")
     if isinstance(exc, _ObsGeneric) and _status_in(exc, (404,)):
         return NotFoundError(f"not found (missing bucket or object): {what}: "
                              f"{_first_line(exc)}")
@@ -189,13 +185,14 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
     return TransientStoreError(f"object store error on {what}: {_first_line(exc)}")
 
 
+#: How obstore words a failure of a Python credential provider that raised alance's error.
+_PROVIDER_FAILED = "PermissionDeniedError: "
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return _short(text.splitlines()[0]) if text else exc.__class__.__name__
 
-
-#: What obstore's error says when even the instance metadata service gave no credentials.
-_NO_CREDENTIALS = "/latest/api/token"
 
 #: HTTP statuses that trying again cannot fix (throttling, 429, and 5xx are transient).
 _PERMANENT_STATUS = (400, 405, 409, 411, 412, 413, 416)

@@ -4,9 +4,10 @@ pylance (and the Rust ``object_store`` crate under it) accept option names with 
 provider prefix (``aws_endpoint`` or ``endpoint``), and mix store settings with HTTP client
 settings (``allow_http``). This module sorts them into obstore's ``config`` and
 ``client_options`` and refuses names it does not know, so a typo never passes silently.
-Environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) are read by obstore;
-shared AWS profiles (``~/.aws/credentials``, ``~/.aws/config``, ``AWS_PROFILE`` or the
-``profile`` option) by :mod:`alance.io.aws_profile`.
+S3 credentials, region and endpoint are resolved as the AWS SDKs do (storage options, the
+environment, web identity, the ``profile`` option / ``AWS_PROFILE`` in the shared config files
+with ``credential_process``, container credentials, instance metadata): see
+:mod:`alance.io.aws_credentials`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import AzureStore, GCSStore, S3Store
 
 from alance.errors import InvalidInputError
-from alance.io.aws_profile import PROFILE_KEYS, profile_settings
+from alance.io import aws_credentials
 
 #: HTTP client settings (obstore ``client_options``), by their plain names.
 _CLIENT_KEYS = {
@@ -57,7 +58,11 @@ _PREFIXES = {"s3": ("aws_",), "gs": ("google_", "gcs_"), "az": ("azure_storage_"
 
 #: Options alance itself understands (taken out before the rest goes to obstore).
 ALANCE_KEYS = {"max_concurrency", "coalesce_bytes", "max_retries", "retry_timeout",
-               "dynamodb_endpoint"}
+               "dynamodb_endpoint", "profile", "deadline"}
+
+#: One HTTP request to S3 may take this long (storage option ``timeout``), so that a retry
+#: still fits in the default per-operation deadline of 60 s.
+REQUEST_TIMEOUT = timedelta(seconds=30)
 
 
 def _truthy(value: Any) -> bool:
@@ -124,14 +129,15 @@ def build_cloud_store(scheme: str, bucket: str, options: Mapping[str, Any],
 def _build(scheme: str, bucket: str, options: Mapping[str, Any],
            retry_config: dict[str, Any]) -> Any:
     options = dict(options)
-    profile = None
-    for key in PROFILE_KEYS:
-        if key in options:
-            profile = str(options.pop(key))
+    profile = options.pop("profile", None) or options.pop("aws_profile", None)
+    options.pop("aws_profile", None)
+    if profile is not None and scheme != "s3":
+        raise InvalidInputError(f"unknown storage option 'profile' for {scheme}:// URIs")
     config, client = split_options(scheme, options)
     if scheme == "s3":
-        config = {**_env_endpoint(), **config}
-        config = {**config, **profile_settings(config, profile)}
+        resolved = aws_credentials.resolve(bucket, config, str(profile) if profile else None,
+                                           config.pop("metadata_endpoint", None))
+        config = {**_env_endpoint(), **resolved.config, **config}
         client = {**_env_client_options(), **client}
         endpoint = str(config.get("endpoint", ""))
         if endpoint.startswith("http://") and "allow_http" not in client:
@@ -139,9 +145,12 @@ def _build(scheme: str, bucket: str, options: Mapping[str, Any],
         # S3 has no native copy-if-absent; a multipart copy with a precondition does it.
         config.setdefault("copy_if_not_exists", "multipart")
         client.setdefault("connect_timeout", timedelta(seconds=5))
-        client.setdefault("timeout", timedelta(seconds=60))
+        # One request may take REQUEST_TIMEOUT; the whole operation, retries included, is
+        # bounded by the store's deadline (alance.io.deadline: 60 s unless set).
+        client.setdefault("timeout", REQUEST_TIMEOUT)
         return S3Store(bucket, config=config, client_options=client,  # type: ignore[arg-type]
-                       retry_config=retry_config)  # type: ignore[arg-type]
+                       retry_config=retry_config,  # type: ignore[arg-type]
+                       credential_provider=resolved.provider)  # type: ignore[arg-type]
     if scheme == "gs":
         return GCSStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
                         retry_config=retry_config)  # type: ignore[arg-type]

@@ -19,13 +19,16 @@ import itertools
 import logging
 import posixpath
 import random
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from alance.errors import (
+    AlanceError,
     CorruptFileError,
+    DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
     PathOutsideDatasetError,
@@ -33,6 +36,7 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
+from alance.io.deadline import DEFAULT_DEADLINE, call_deadline
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +147,9 @@ class DatasetStore:
         max_retries: extra attempts for idempotent operations that fail transiently
             (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
             Conditional creates are never retried: their outcome after a failure is unknown.
+        deadline: seconds one operation may take, every attempt, backoff pause and wait for
+            an in-flight slot included (:mod:`alance.io.deadline`); then
+            :class:`~alance.errors.DeadlineExceededError`.
     """
 
     def __init__(self, backend: Backend, root: str, *, uri: str,
@@ -153,12 +160,16 @@ class DatasetStore:
                  split_bytes: int = DEFAULT_SPLIT_BYTES,
                  limiter_key: str | None = None,
                  ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
-                 scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES) -> None:
+                 scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
+                 deadline: float = DEFAULT_DEADLINE) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
             raise InvalidInputError("max_retries must be >= 0")
+        if not deadline > 0:
+            raise InvalidInputError("deadline must be positive")
         self.max_retries = max_retries
+        self.deadline = deadline
         self._backend_obj = backend
         self._after_fork = after_fork
         self.root = root.strip("/")
@@ -217,28 +228,74 @@ class DatasetStore:
         # One per event loop, since asyncio primitives are bound to a loop.
         return _limiter(f"{self.limiter_key}#{self.max_concurrency}", self.max_concurrency)
 
-    async def _retrying(self, call: Callable[[Backend], Awaitable[T]]) -> T:
-        """Run ``call`` under the concurrency bound, retrying transient failures."""
+    def _end(self) -> tuple[float, float]:
+        """``(now, end)``: when an operation starting now must be done (monotonic clock)."""
+        now = time.monotonic()
+        end = now + self.deadline
+        outer = call_deadline()
+        return now, end if outer is None else min(end, outer)
+
+    def _late(self, what: str, started: float, end: float,
+              last: BaseException | None = None) -> DeadlineExceededError:
+        bound = end - started
+        why = f" (last failure: {last})" if last is not None else ""
+        log.warning("%s: %s did not finish within its deadline of %.3g s%s", self.uri, what,
+                    bound, why)
+        return DeadlineExceededError(f"{self.uri}: {what} did not finish within its deadline "
+                                     f"of {bound:.3g} s{why}")
+
+    async def _bounded(self, call: Awaitable[T], what: str) -> T:
+        """Await ``call`` (one attempt, no retry) within the operation deadline."""
+        started, end = self._end()
+        try:
+            async with asyncio.timeout(max(0.0, end - started)):
+                return await call
+        except TimeoutError as exc:
+            if isinstance(exc, AlanceError):
+                raise
+            raise self._late(what, started, end) from exc
+
+    async def _retrying(self, call: Callable[[Backend], Awaitable[T]], what: str = "a request",
+                        ) -> T:
+        """Run ``call`` under the concurrency bound, retrying transient failures with
+        jittered backoff, all within the operation deadline."""
+        started, end = self._end()
+        last: BaseException | None = None
         for attempt in range(self.max_retries + 1):
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise self._late(what, started, end, last)
             try:
-                async with self._sem:
-                    return await call(self.backend)
+                async with asyncio.timeout(remaining):
+                    async with self._sem:
+                        return await call(self.backend)
             except TransientStoreError as exc:
+                last = exc
                 if attempt == self.max_retries:
                     log.warning("%s: giving up after %d attempts: %s", self.uri,
                                 attempt + 1, exc)
                     raise
                 pause = random.uniform(0, min(RETRY_BASE_DELAY * 2**attempt, 2.0))
+                if time.monotonic() + pause >= end:
+                    raise self._late(what, started, end, exc) from exc
                 log.info("%s: transient failure (attempt %d of %d), retrying in %.3f s: %s",
                          self.uri, attempt + 1, self.max_retries + 1, pause, exc)
+            except TimeoutError as exc:
+                if isinstance(exc, AlanceError):
+                    raise
+                raise self._late(what, started, end, last) from exc
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")
+
+    async def _once(self, call: Callable[[Backend], Awaitable[T]]) -> T:
+        async with self._sem:
+            return await call(self.backend)
 
     # -- reads -------------------------------------------------------------------------------
     async def get(self, path: str) -> bytes:
         """The whole object."""
         key = self._key(path)
-        data = await self._retrying(lambda b: b.get(key))
+        data = await self._retrying(lambda b: b.get(key), f"get {path}")
         _count(1, 1, len(data))
         return data
 
@@ -263,7 +320,8 @@ class DatasetStore:
         _count(len(batches), len(pieces), sum(e - s for s, e in pieces))
 
         async def fetch(batch: list[tuple[int, int]]) -> list[Buffer]:
-            return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0)))
+            return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0),
+                                             f"range read of {path}"))
 
         if len(batches) == 1:
             fetched = await fetch(batches[0])
@@ -335,7 +393,7 @@ class DatasetStore:
     async def head(self, path: str) -> ObjectMeta:
         """Size and modification time of an object."""
         key = self._key(path)
-        return self._meta(await self._retrying(lambda b: b.head(key)))
+        return self._meta(await self._retrying(lambda b: b.head(key), f"head {path}"))
 
     def _meta(self, meta: dict[str, Any]) -> ObjectMeta:
         return ObjectMeta(self._rel(meta["path"]), meta["size"], meta.get("last_modified"),
@@ -352,7 +410,8 @@ class DatasetStore:
     async def list(self, prefix: str) -> list[ObjectMeta]:
         """Every object under the directory ``prefix`` (recursive)."""
         key = self._key(prefix) + "/"
-        return [self._meta(m) for m in await self._retrying(lambda b: b.list(key))]
+        return [self._meta(m) for m in await self._retrying(lambda b: b.list(key),
+                                                            f"list {prefix}/")]
 
     async def list_names(self, prefix: str) -> builtins.list[str]:
         """Paths of the objects directly in the directory ``prefix``, without their sizes or
@@ -372,32 +431,35 @@ class DatasetStore:
     async def put(self, path: str, data: bytes) -> None:
         """Write an object, replacing any existing one."""
         key = self._key(path)
-        await self._retrying(lambda b: b.put(key, data, create=False))
+        await self._retrying(lambda b: b.put(key, data, create=False), f"put {path}")
 
     async def put_if_absent(self, path: str, data: bytes) -> None:
         """Create an object atomically; :class:`AlreadyExistsError` if it exists already."""
         key = self._key(path)
-        async with self._sem:
-            await self.backend.put(key, data, create=True)
+        await self._bounded(self._once(lambda b: b.put(key, data, create=True)),
+                            f"create {path}")
 
     async def copy(self, src: str, dst: str, *, overwrite: bool = True) -> None:
         """Copy one object to another path inside the dataset."""
         src_key, dst_key = self._key(src), self._key(dst)
         if overwrite:
-            await self._retrying(lambda b: b.copy(src_key, dst_key, overwrite=True))
+            await self._retrying(lambda b: b.copy(src_key, dst_key, overwrite=True),
+                                f"copy {src}")
         else:
-            async with self._sem:
-                await self.backend.copy(src_key, dst_key, overwrite=False)
+            await self._bounded(
+                self._once(lambda b: b.copy(src_key, dst_key, overwrite=False)),
+                f"copy {src}")
 
     async def delete(self, path: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
         key = self._key(path)
-        await self._retrying(lambda b: b.delete(key))
+        await self._retrying(lambda b: b.delete(key), f"delete {path}")
 
     async def list_all(self) -> builtins.list[ObjectMeta]:
         """Every object under the root (recursive)."""
         prefix = self.root + "/" if self.root else ""
-        return [self._meta(m) for m in await self._retrying(lambda b: b.list(prefix))]
+        return [self._meta(m) for m in await self._retrying(lambda b: b.list(prefix),
+                                                            "list")]
 
     async def delete_all(self) -> int:
         """Delete every object under the root (with bounded concurrency), then, on local file
@@ -526,18 +588,25 @@ class ObjectWriter:
         part = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
         assert self._upload is not None
-        await self._upload.write(part)
+        await self._store._bounded(self._upload.write(part), f"upload of {self.path}")
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self._upload is not None
         if exc_type is None:
             try:
                 await self._flush()
-                await self._upload.complete()
+                await self._store._bounded(self._upload.complete(),
+                                           f"upload of {self.path}")
             except BaseException:
-                await self._upload.abort()
-                await self._store.delete(self.path)
+                await self._abandon()
                 raise
         else:
-            await self._upload.abort()
+            await self._abandon()
+
+    async def _abandon(self) -> None:
+        # Best effort once out of time: the original error is what the caller needs to see,
+        # and an object no manifest references is invisible to readers of the dataset.
+        assert self._upload is not None
+        with contextlib.suppress(DeadlineExceededError):
+            await self._store._bounded(self._upload.abort(), f"upload of {self.path}")
             await self._store.delete(self.path)

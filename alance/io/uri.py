@@ -15,6 +15,7 @@ from obstore.store import LocalStore, MemoryStore
 
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.io.backends import DictBackend, ObstoreBackend, PosixBackend
+from alance.io.deadline import seconds as deadline_seconds
 from alance.io.object_stores import build_cloud_store
 from alance.io.store import DEFAULT_MAX_CONCURRENCY, DatasetStore
 
@@ -100,7 +101,9 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
-    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``, and
+    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``,
+    ``deadline`` (seconds one store operation may take, retries included: default 60; see
+    :mod:`alance.io.deadline`), ``profile`` (the AWS profile for ``s3://``), and
     ``wrap_backend`` (a callable that wraps the byte-moving backend, e.g. to inject faults or
     count requests in tests).
     """
@@ -123,6 +126,8 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
                 policy[name] = int(options.pop(name))
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"storage option {name} must be an integer") from exc
+    if "deadline" in options:
+        policy["deadline"] = deadline_seconds(options.pop("deadline"))
     concurrency: int | None = policy.pop("max_concurrency", None)
     max_concurrency = DEFAULT_MAX_CONCURRENCY if concurrency is None else concurrency
     options.pop("dynamodb_endpoint", None)  # used by the DynamoDB commit handler

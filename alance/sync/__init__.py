@@ -28,6 +28,7 @@ from alance.dataset.fragments.progress import (
 )
 from alance.dataset.versions.auto_cleanup import AutoCleanupConfig
 from alance.dataset.versions.bases import DatasetBasePath
+from alance.io.deadline import deadline
 from alance.io.store import iops_counter
 from alance.sync import file, schema
 from alance.sync.compaction import Compaction, CompactionPlan, CompactionTask, RewriteResult
@@ -78,7 +79,7 @@ __all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BulkCom
            "LanceSchema", "LanceStats", "MergeInsertBuilder", "NearestScanner",
            "NoopFragmentWriteProgress", "RewriteResult", "RowIdMeta", "Scanner",
            "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder", "Tags", "Transaction",
-           "batch_udf", "dataset", "file", "format_fragment", "iops_counter",
-           "manifest_needs_migration",
-           "open_dataset", "plan_delete", "plan_distributed_compaction", "plan_update",
+           "batch_udf", "dataset", "deadline", "file", "format_fragment", "iops_counter",
+           "manifest_needs_migration", "open_dataset", "plan_delete",
+           "plan_distributed_compaction", "plan_update",
            "plan_write", "schema", "vector", "write_dataset", "write_fragments"]
