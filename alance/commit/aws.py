@@ -30,6 +30,7 @@ from alance.errors import (
     PermissionDeniedError,
     StoreError,
     TransientStoreError,
+    UnsupportedFeatureError,
 )
 
 #: botocore's own attempts per call (standard mode: throttling, 5xx and connection errors).
@@ -83,10 +84,29 @@ _session: Any = None
 _warmed: set[str] = set()
 
 
+#: What to install for DynamoDB commits (aiobotocore is not a core dependency).
+EXTRA = "alance[dynamodb]"
+
+
+def require_sdk() -> None:
+    """Refuse, naming the extra to install, when aiobotocore is missing."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("aiobotocore") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UnsupportedFeatureError(
+            "DynamoDB commits (s3+ddb:// URIs) need aiobotocore, which is not installed: "
+            f"pip install '{EXTRA}'")
+
+
 def _aio_session() -> Any:
     global _session
     with _session_lock:
         if _session is None:
+            require_sdk()
             from aiobotocore.session import get_session
 
             _session = get_session()
