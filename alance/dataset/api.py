@@ -545,11 +545,38 @@ class LanceDataset(IndexMethods):
                                   lambda snap: LanceDataset(self._store, self._handler, snap))
 
     async def insert(self, data: Any, *, mode: WriteMode = "append",
-                     **kwargs: Any) -> LanceDataset:
+                     compact_after: int | None = None, **kwargs: Any) -> LanceDataset:
         """Write ``data`` to this dataset (pylance's ``insert``): ``mode="append"`` (the
         default) or ``"overwrite"``; ``kwargs`` as for :func:`write_dataset` (``schema=``...).
-        Uses this dataset's store and commit handler; returns the new version."""
-        return await write_dataset(data, self, mode=mode, **kwargs)
+        Uses this dataset's store, commit handler and caches; returns the new version.
+
+        Auto-compaction (opt in): with ``compact_after=N``, or when the dataset's config holds
+        ``alance.auto_compact.small_fragments = N``, an insert that leaves ``N`` or more small
+        fragments (fewer than 1,048,576 rows, compaction's target) runs
+        :meth:`compact_files` and returns the compacted version. A service appending small
+        batches keeps scans fast that way; the compaction costs that one insert a rewrite of
+        the small fragments.
+        """
+        written = await write_dataset(data, self, mode=mode, **kwargs)
+        limit = compact_after
+        if limit is None:
+            configured = written.config().get(AUTO_COMPACT_KEY)
+            limit = int(configured) if configured and configured.isdigit() else None
+        if limit is not None and limit > 0:
+            small = sum(1 for f in written._snapshot.fragments
+                        if int(f.physical_rows) < SMALL_FRAGMENT_ROWS)
+            if small >= max(limit, 2):
+                return (await written.compact_files()).dataset
+        return written
+
+    async def checkout_latest(self) -> LanceDataset:
+        """This dataset at its newest version (this object if it is the newest), reusing the
+        store client and the caches: how a long-running service picks up other writers'
+        commits."""
+        newest = await self.latest_version()
+        if newest == self.version:
+            return self
+        return await self.checkout_version(newest)
 
 
     # -- config and metadata (alance.dataset.evolution.config) -----------------------------------
@@ -697,6 +724,12 @@ class LanceDataset(IndexMethods):
             error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
             progress=progress)
     # -- end of version management -----------------------------------------------------------------
+
+
+#: Dataset config key of the opt-in auto-compaction of :meth:`LanceDataset.insert`.
+AUTO_COMPACT_KEY = "alance.auto_compact.small_fragments"
+#: Fragments with fewer rows than this count as small (compaction's default target).
+SMALL_FRAGMENT_ROWS = 1024 * 1024
 
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
