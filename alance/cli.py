@@ -3,14 +3,17 @@
     alance inspect URI                  schema, versions, fragments, files, flags, sizes
     alance versions URI                 every version with its time and operation
     alance scan URI --limit 10 --columns a,b --filter "a > 3"
+    alance write URI SOURCE [--mode append]  from Parquet, CSV, Arrow IPC or JSON
     alance compact URI [--target-rows-per-fragment N ...]
     alance cleanup URI --older-than 7d [--dry-run]
     alance restore URI VERSION
     alance tag create|update URI NAME VERSION / tag list URI / tag delete URI NAME
 
 Every command takes ``--json`` (machine-readable output on stdout) and repeatable
-``--storage-option key=value``. Human output is rich tables; long operations show a progress
-bar on a terminal. Errors go to stderr with exit status 1 (2 for bad arguments).
+``--storage-option key=value``. Human output is rich tables; long operations (write, compact,
+cleanup) show a progress bar on a terminal, or plain progress lines on stderr with
+``--progress`` when stderr is not a terminal. Errors go to stderr with exit status 1 (2 for
+bad arguments).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from alance.commit.handler import ManifestLocation
-from alance.dataset.api import LanceDataset, open_dataset
+from alance.dataset.api import LanceDataset, open_dataset, write_dataset
 from alance.dataset.fragments.read import live_rows
 from alance.dataset.versions.cleanup import index_uuid, manifest_time
 from alance.dataset.versions.snapshot import Snapshot, load_snapshot_at
@@ -89,9 +93,42 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+class _TextProgress:
+    """Plain progress lines on stderr (``--progress`` without a terminal): one per tenth of
+    the work, or per update when the total is unknown. The subset of rich's ``Progress``
+    the commands use."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._shown = -1
+
+    def __enter__(self) -> _TextProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def add_task(self, description: str, total: float | None = None) -> TaskID:
+        return TaskID(0)
+
+    def update(self, task: TaskID, *, completed: float, total: float | None = None) -> None:
+        if total:
+            step = int(10 * completed / total)
+            if step == self._shown:
+                return
+            self._shown = step
+            share = 100 * completed / total
+            line = f"{self.description}: {completed:.0f}/{total:.0f} ({share:.0f}%)"
+        else:
+            line = f"{self.description}: {completed:.0f}"
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 class _Output:
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, force_progress: bool = False) -> None:
         self.as_json = as_json
+        self.force_progress = force_progress
         self.console = Console(highlight=False)
         self.err = Console(stderr=True, highlight=False)
 
@@ -102,8 +139,12 @@ class _Output:
             for item in renderables:
                 self.console.print(item)
 
-    def progress(self, description: str) -> Progress | None:
-        if self.as_json or not self.err.is_terminal:
+    def progress(self, description: str) -> Progress | _TextProgress | None:
+        if self.err.is_terminal and not self.as_json:
+            pass
+        elif self.force_progress:
+            return _TextProgress(description)
+        else:
             return None
         return Progress(TextColumn(description), BarColumn(),
                         TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(),
@@ -229,6 +270,39 @@ async def cmd_scan(args: argparse.Namespace, out: _Output) -> None:
                           [list(r.values()) for r in rows]))
 
 
+def _source(path: str, fmt: str | None) -> Any:
+    """A pyarrow dataset over a file or directory (format from the option or the suffix)."""
+    import pyarrow.dataset as pads
+
+    if fmt is None:
+        suffix = path.rstrip("/").rsplit(".", 1)[-1].lower() if "." in path else "parquet"
+        fmt = {"pq": "parquet", "arrow": "ipc", "feather": "ipc", "ndjson": "json",
+               "jsonl": "json"}.get(suffix, suffix)
+    try:
+        return pads.dataset(path, format=fmt)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise InvalidInputError(f"cannot read {path} as {fmt}: {exc}") from exc
+
+
+async def cmd_write(args: argparse.Namespace, out: _Output) -> None:
+    source = _source(args.source, args.format)
+    total = await asyncio.to_thread(source.count_rows)
+    reader = source.scanner().to_reader()
+    bar = out.progress("writing")
+    kwargs = {"mode": args.mode, "storage_options": args.storage_options}
+    if bar is None:
+        ds = await write_dataset(reader, args.uri, **kwargs)
+    else:
+        with bar:
+            task = bar.add_task("writing", total=total)
+            ds = await write_dataset(reader, args.uri, **kwargs,
+                                     progress=lambda done, _: bar.update(
+                                         task, completed=done, total=total))
+    rows = await ds.count_rows()
+    out.emit({"version": ds.version, "rows_written": total, "rows": rows},
+             f"wrote {total} rows: version {ds.version}, {rows} rows")
+
+
 async def cmd_compact(args: argparse.Namespace, out: _Output) -> None:
     ds = await _open(args)
     bar = out.progress("compacting")
@@ -256,9 +330,19 @@ async def cmd_compact(args: argparse.Namespace, out: _Output) -> None:
 
 async def cmd_cleanup(args: argparse.Namespace, out: _Output) -> None:
     ds = await _open(args)
-    stats = await ds.cleanup_old_versions(
-        args.older_than, args.retain_versions, delete_unverified=args.delete_unverified,
-        error_if_tagged_old_versions=not args.ignore_tagged, dry_run=args.dry_run)
+    bar = None if args.dry_run else out.progress("deleting")
+    cleanup = ds.cleanup_old_versions
+    kwargs: dict[str, Any] = {"delete_unverified": args.delete_unverified,
+                              "error_if_tagged_old_versions": not args.ignore_tagged,
+                              "dry_run": args.dry_run}
+    if bar is None:
+        stats = await cleanup(args.older_than, args.retain_versions, **kwargs)
+    else:
+        with bar:
+            task = bar.add_task("deleting", total=None)
+            stats = await cleanup(args.older_than, args.retain_versions, **kwargs,
+                                  progress=lambda done, total: bar.update(
+                                      task, completed=done, total=total))
     info = {"dry_run": stats.dry_run, "old_versions": stats.old_versions,
             "bytes_removed": stats.bytes_removed, "data_files": stats.data_files_removed,
             "deletion_files": stats.deletion_files_removed,
@@ -307,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                         dest="storage_option", help="object store option (repeatable)")
     parser = argparse.ArgumentParser(prog="alance", description="Lance datasets from a shell",
                                      parents=[common])
+    parser.add_argument("--progress", action="store_true",
+                        help="show progress on stderr even when it is not a terminal")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -322,6 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", default=None, help="comma-separated column names")
     p.add_argument("--filter", default=None, help="SQL predicate")
     p.add_argument("--version", type=_version_arg, default=None, help="version or tag")
+    p = command("write", "write a Parquet, CSV, Arrow IPC or JSON file or directory")
+    p.add_argument("source", help="file or directory to read")
+    p.add_argument("--mode", choices=["create", "append", "overwrite"], default="create")
+    p.add_argument("--format", choices=["parquet", "csv", "ipc", "json"], default=None,
+                   help="source format (default: from the suffix)")
     p = command("compact", "merge small fragments, materialise deletions")
     p.add_argument("--target-rows-per-fragment", type=int, default=None)
     p.add_argument("--max-rows-per-group", type=int, default=None)
@@ -355,19 +446,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _COMMANDS = {"inspect": cmd_inspect, "versions": cmd_versions, "scan": cmd_scan,
-             "compact": cmd_compact, "cleanup": cmd_cleanup, "restore": cmd_restore,
+             "write": cmd_write, "compact": cmd_compact,
+             "cleanup": cmd_cleanup, "restore": cmd_restore,
              "tag": cmd_tag}
 
 
 def _merge_common(argv: Sequence[str]) -> tuple[bool, list[str]]:
     """``--json`` and ``--storage-option`` wherever they appear (before or after the command)."""
-    as_json, options, rest = False, [], []
+    as_json = False
+    options: list[str] = []
+    rest: list[str] = []
     items = list(argv)
     i = 0
     while i < len(items):
         item = items[i]
         if item == "--json":
             as_json = True
+        elif item == "--progress":
+            rest.insert(0, item)
         elif item == "--storage-option" and i + 1 < len(items):
             options.append(items[i + 1])
             i += 1
@@ -384,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json, args_list = _merge_common(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(args_list)
     args.json = as_json
-    out = _Output(as_json)
+    out = _Output(as_json, args.progress)
     try:
         args.storage_options = _storage_options(args.storage_option) or None
         asyncio.run(_COMMANDS[args.command](args, out))

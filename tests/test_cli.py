@@ -119,3 +119,25 @@ def test_errors_and_options(dataset: str, cli: Cli) -> None:
     assert parse_duration("1d12h").total_seconds() == 36 * 3600
     assert parse_duration("2w").days == 14 and parse_duration("0").total_seconds() == 0
     assert parse_duration("90s").total_seconds() == 90
+
+
+def test_write_with_progress(tmp_path: Path, cli: Cli) -> None:
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": range(5000)}), source)
+    uri = str(tmp_path / "w.lance")
+    out, err = cli("--progress", "write", uri, str(source))
+    assert "wrote 5000 rows" in out
+    assert "writing: 5000/5000 (100%)" in err.splitlines()[-1]
+    assert cli.json("write", uri, str(source), "--mode", "append")["rows"] == 10_000
+    assert lance.dataset(uri).count_rows() == 10_000
+    _, err = cli("write", uri, str(tmp_path / "missing.parquet"), code=1)
+    assert "cannot read" in err
+
+
+def test_cleanup_progress(dataset: str, cli: Cli) -> None:
+    cli.json("compact", dataset, "--target-rows-per-fragment", "50")
+    _, err = cli("--progress", "cleanup", dataset, "--older-than", "0")
+    lines = err.splitlines()
+    assert lines[0].startswith("deleting: 0/") and lines[-1].endswith("(100%)")

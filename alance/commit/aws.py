@@ -84,21 +84,29 @@ _session: Any = None
 _warmed: set[str] = set()
 
 
-def _require_aiobotocore() -> None:
-    """aiobotocore is an optional dependency (``alance[dynamodb]``): refuse clearly without it."""
+#: What to install for DynamoDB commits (aiobotocore is not a core dependency).
+EXTRA = "alance[dynamodb]"
+
+
+def require_sdk() -> None:
+    """Refuse, naming the extra to install, when aiobotocore is missing."""
+    import importlib.util
+
     try:
-        import aiobotocore  # noqa: F401
-    except ImportError as exc:
+        found = importlib.util.find_spec("aiobotocore") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         raise UnsupportedFeatureError(
-            "DynamoDB commits need aiobotocore, which is not installed: "
-            "pip install 'alance[dynamodb]'") from exc
+            "DynamoDB commits (s3+ddb:// URIs) need aiobotocore, which is not installed: "
+            f"pip install '{EXTRA}'")
 
 
 def _aio_session() -> Any:
     global _session
     with _session_lock:
         if _session is None:
-            _require_aiobotocore()
+            require_sdk()
             from aiobotocore.session import get_session
 
             _session = get_session()
@@ -162,7 +170,7 @@ async def client(service: str, settings: AwsSettings) -> Any:
         found = holder.clients.get(key)
         if found is not None:
             return found
-        _require_aiobotocore()
+        require_sdk()
         if service not in _warmed:
             # Importing aiobotocore/botocore and loading botocore's JSON models and
             # ~/.aws/config read many files: do that off the event loop, once per process.

@@ -88,6 +88,7 @@ class DynamoDBManifestStore(ExternalManifestStore):
                  committer: str = DEFAULT_COMMITTER) -> None:
         if not table_name:
             raise InvalidInputError("a DynamoDB table name is required")
+        aws.require_sdk()
         self.table_name = table_name
         self.settings = settings or aws.AwsSettings.from_storage_options(None)
         self.committer = committer

@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -550,11 +550,38 @@ class LanceDataset(IndexMethods):
                                   lambda snap: LanceDataset(self._store, self._handler, snap))
 
     async def insert(self, data: Any, *, mode: WriteMode = "append",
-                     **kwargs: Any) -> LanceDataset:
+                     compact_after: int | None = None, **kwargs: Any) -> LanceDataset:
         """Write ``data`` to this dataset (pylance's ``insert``): ``mode="append"`` (the
         default) or ``"overwrite"``; ``kwargs`` as for :func:`write_dataset` (``schema=``...).
-        Uses this dataset's store and commit handler; returns the new version."""
-        return await write_dataset(data, self, mode=mode, **kwargs)
+        Uses this dataset's store, commit handler and caches; returns the new version.
+
+        Auto-compaction (opt in): with ``compact_after=N``, or when the dataset's config holds
+        ``alance.auto_compact.small_fragments = N``, an insert that leaves ``N`` or more small
+        fragments (fewer than 1,048,576 rows, compaction's target) runs
+        :meth:`compact_files` and returns the compacted version. A service appending small
+        batches keeps scans fast that way; the compaction costs that one insert a rewrite of
+        the small fragments.
+        """
+        written = await write_dataset(data, self, mode=mode, **kwargs)
+        limit = compact_after
+        if limit is None:
+            configured = written.config().get(AUTO_COMPACT_KEY)
+            limit = int(configured) if configured and configured.isdigit() else None
+        if limit is not None and limit > 0:
+            small = sum(1 for f in written._snapshot.fragments
+                        if int(f.physical_rows) < SMALL_FRAGMENT_ROWS)
+            if small >= max(limit, 2):
+                return (await written.compact_files()).dataset
+        return written
+
+    async def checkout_latest(self) -> LanceDataset:
+        """This dataset at its newest version (this object if it is the newest), reusing the
+        store client and the caches: how a long-running service picks up other writers'
+        commits."""
+        newest = await self.latest_version()
+        if newest == self.version:
+            return self
+        return await self.checkout_version(newest)
 
 
     # -- config and metadata (alance.dataset.evolution.config) -----------------------------------
@@ -690,14 +717,24 @@ class LanceDataset(IndexMethods):
                                    retain_versions: int | None = None, *,
                                    delete_unverified: bool = False,
                                    error_if_tagged_old_versions: bool = True,
-                                   dry_run: bool = False) -> CleanupStats:
+                                   dry_run: bool = False,
+                                   progress: Callable[[int, int], Any] | None = None,
+                                   ) -> CleanupStats:
         """Delete old versions and the files only they reference (see
-        :mod:`alance.dataset.versions.cleanup`); ``older_than`` defaults to two weeks."""
+        :mod:`alance.dataset.versions.cleanup`); ``older_than`` defaults to two weeks.
+        ``progress(files_deleted, files_total)`` is called as files are deleted."""
         return await cleanup_old_versions(
             self._store, self._handler, self._snapshot, older_than, retain_versions,
             delete_unverified=delete_unverified,
-            error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run)
+            error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
+            progress=progress)
     # -- end of version management -----------------------------------------------------------------
+
+
+#: Dataset config key of the opt-in auto-compaction of :meth:`LanceDataset.insert`.
+AUTO_COMPACT_KEY = "alance.auto_compact.small_fragments"
+#: Fragments with fewer rows than this count as small (compaction's default target).
+SMALL_FRAGMENT_ROWS = 1024 * 1024
 
 
 async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
@@ -764,7 +801,9 @@ async def write_dataset(
     """Write ``data`` as a new dataset, or append to / overwrite an existing one.
 
     ``progress``: pylance's ``FragmentWriteProgress`` hooks (``begin``/``complete`` per
-    data file). ``transaction_properties`` are stored with the commit's transaction, and
+    data file), or a callable ``progress(rows_written, rows_total)`` called after each batch
+    is written (``rows_total`` is the input's row count when it has one, e.g. a table, else
+    ``None``). ``transaction_properties`` are stored with the commit's transaction, and
     ``commit_message`` among them (as pylance: see :meth:`LanceDataset.read_transaction`).
 
     ``auto_cleanup_options`` (pylance's ``{"interval": n, "older_than_seconds": s}``): when
@@ -843,18 +882,27 @@ async def write_dataset(
         lance_schema = LanceSchema.from_arrow(arrow_schema)
         target = arrow_schema
 
+    hooks = progress if hasattr(progress, "begin") else None
+    report_rows = progress if progress is not None and hooks is None else None
+    total_rows = getattr(data_obj, "num_rows", None)
+    total_rows = total_rows if isinstance(total_rows, int) else None
+
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
+        rows = 0
         async for batch in regroup(batches, params.rows_per_chunk,
                                    blob_chunk_bytes(lance_schema)):
             if not batch.schema.equals(target):
                 batch = batch.cast(target)
             yield batch
+            rows += batch.num_rows
+            if report_rows is not None:
+                report_rows(rows, total_rows)
 
     appending = base is not None and mode == "append"
     seed = dict(ReadContext(store, base).dictionaries) if appending and base else {}
     dictionaries = dict(seed)
     from alance.dataset.fragments.progress import ProgressEvents
-    events = ProgressEvents(progress, 0, lance_schema.field_ids()) if progress else None
+    events = ProgressEvents(hooks, 0, lance_schema.field_ids()) if hooks else None
     fragments = await write_fragments(store, lance_schema, conformed(), params, dictionaries,
                                       storage_version, events, targets)
     prelude = None

@@ -301,6 +301,7 @@ class LanceDataset(Twin, of=_A):
     get_transactions = blocking(_A.get_transactions)
     versions = blocking(_A.versions)
     checkout_version = blocking(_A.checkout_version, returns=new_dataset)
+    checkout_latest = blocking(_A.checkout_latest, returns=_moves_none)
 
     # -- reading ---------------------------------------------------------------------------------
     scanner = forwarding(_A.scanner)

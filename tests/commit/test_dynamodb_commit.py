@@ -378,23 +378,3 @@ async def test_close_clients_closes_this_loops_clients(ddb_target: DdbTarget) ->
     again = await aws.client("dynamodb", DynamoDBCommitHandler.from_uri(
         ddb_target.uri("cc"), ddb_target.storage_options).external.settings)  # type: ignore[attr-defined]
     assert again is not client
-
-
-def test_dynamodb_without_aiobotocore_is_refused_by_name() -> None:
-    """aiobotocore is the optional ``alance[dynamodb]`` extra: without it, a DynamoDB commit
-    store says what to install (before any request is made)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.modules['aiobotocore'] = None\n"
-        "import alance.sync as al, alance\n"
-        "try:\n"
-        "    al.open_dataset('s3+ddb://bucket/ds?ddbTableName=t', storage_options={\n"
-        "        'aws_endpoint': 'http://127.0.0.1:9', 'aws_access_key_id': 'k',\n"
-        "        'aws_secret_access_key': 's', 'aws_region': 'us-east-1', 'allow_http': 'true'})\n"
-        "except alance.UnsupportedFeatureError as exc:\n"
-        "    print('refused:', exc)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert "refused:" in out.stdout and "alance[dynamodb]" in out.stdout, out.stderr[-2000:]

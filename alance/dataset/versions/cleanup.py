@@ -29,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid as uuidlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from alance._proto import table_pb2
 from alance.commit.handler import CommitHandler, ManifestLocation
@@ -264,7 +265,9 @@ async def cleanup_old_versions(store: DatasetStore, handler: CommitHandler, snap
                                retain_versions: int | None = None, *,
                                delete_unverified: bool = False,
                                error_if_tagged_old_versions: bool = True,
-                               dry_run: bool = False) -> CleanupStats:
+                               dry_run: bool = False,
+                               progress: Callable[[int, int], Any] | None = None,
+                               ) -> CleanupStats:
     """Delete versions older than ``older_than`` and the files only they reference.
 
     See the module documentation for exactly what is kept. With ``dry_run`` nothing is
@@ -298,8 +301,9 @@ async def cleanup_old_versions(store: DatasetStore, handler: CommitHandler, snap
         counts[_category(meta.path) or "temporary"] += 1
     paths = [loc.path for loc in job.old_manifests] + [m.path for m in files]
     if not dry_run:
-        await _delete_all(store, [loc.path for loc in job.old_manifests])
-        await _delete_all(store, [m.path for m in files])
+        count = _Count(len(paths), progress)
+        await _delete_all(store, [loc.path for loc in job.old_manifests], count)
+        await _delete_all(store, [m.path for m in files], count)
     return CleanupStats(
         bytes_removed=sum(manifest_sizes) + sum(m.size for m in files),
         old_versions=len(job.old_manifests), data_files_removed=counts["data"],
@@ -308,11 +312,28 @@ async def cleanup_old_versions(store: DatasetStore, handler: CommitHandler, snap
         dry_run=dry_run, removed_paths=tuple(paths))
 
 
-async def _delete_all(store: DatasetStore, paths: Sequence[str]) -> None:
+class _Count:
+    """Deleted files so far, reported to a ``progress(done, total)`` callback."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], Any] | None) -> None:
+        self.total = total
+        self.done = 0
+        self.progress = progress
+        if progress is not None:
+            progress(0, total)
+
+    def one_more(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+async def _delete_all(store: DatasetStore, paths: Sequence[str], count: _Count) -> None:
     sem = asyncio.Semaphore(PARALLELISM)
 
     async def one(path: str) -> None:
         async with sem:
             await store.delete(path)
+        count.one_more()
 
     await asyncio.gather(*(one(p) for p in paths))
