@@ -9,8 +9,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[dev]"
+# .ci/constraints.txt pins every dependency to the versions last run green: a fresh machine
+# resolves in one pass instead of backtracking through old releases.
+$(VENV)/.installed: pyproject.toml .ci/constraints.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -c .ci/constraints.txt -e ".[dev]"
 	touch $@
 
 venv: $(VENV)/.installed
