@@ -95,6 +95,15 @@ def _fixed_ranges(buf: tuple[int, int], width: int, rows: np.ndarray,
     return list(zip((pos + first * width).tolist(), (pos + end * width).tolist(), strict=True))
 
 
+def _flat_values(enc: pb.ArrayEncoding) -> pb.Flat | None:
+    """The plain flat encoding of whole bytes under ``enc`` (possibly wrapped as never null),
+    else None."""
+    if (enc.WhichOneof("array_encoding") == "nullable"
+            and enc.nullable.WhichOneof("nullability") == "no_nulls"):
+        return _flat_values(enc.nullable.no_nulls.values)
+    return enc.flat if _fixed_bytes(enc) else None
+
+
 def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
               ) -> Plan[tuple[Block, np.ndarray | None]]:
     """The values of page-local ``rows`` (sorted, unique) and their validity (None: all
@@ -128,12 +137,22 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
         return Fixed.from_bytes(_joined(got), width * 8, n), None
     if which == "fixed_size_list":
         dim = int(enc.fixed_size_list.dimension)
+        items_enc = enc.fixed_size_list.items
         if n and int(rows[-1]) - int(rows[0]) == n - 1:  # one run of rows: one run of items
+            flat = _flat_values(items_enc)
+            if flat is not None:  # one byte range, without an index per item
+                width = int(flat.bits_per_value) // 8
+                lo_item, hi_item = int(rows[0]) * dim, (int(rows[0]) + n) * dim
+                at, size = _buffer(bufs, flat.buffer)
+                if hi_item * width > size:
+                    raise CorruptFileError("2.0 page buffer is shorter than its rows")
+                items_bytes = _joined((yield [(at + lo_item * width, at + hi_item * width)]))
+                return Fixed(items_bytes.reshape(n, dim * width), dim * width * 8), None
             item_rows = np.arange(int(rows[0]) * dim, (int(rows[-1]) + 1) * dim,
                                   dtype=np.int64)
         else:
             item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
-        items, items_valid = yield from read_rows(enc.fixed_size_list.items, bufs, item_rows)
+        items, items_valid = yield from read_rows(items_enc, bufs, item_rows)
         if not isinstance(items, Fixed) or items.bits % 8:
             raise CorruptFileError("2.0 fixed-size list items are not whole bytes")
         width = items.bits // 8 * dim
@@ -152,6 +171,8 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
                  ) -> Plan[tuple[Block, np.ndarray | None]]:
     # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0). Runs of rows
     # are maximal, so extending each run back by one row keeps them sorted and disjoint.
+    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1:
+        return (yield from _binary_run(enc, bufs, int(rows[0]), len(rows)))
     first, end = runs(rows)
     lo = np.maximum(first - 1, 0)
     need = range_indices(lo, end - lo)
@@ -166,9 +187,7 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
     stop = ends[at]
     start = np.where(rows > 0, ends[np.maximum(at - 1, 0)], 0)
     null = is_null[at]
-    pos, size = _buffer(bufs, enc.bytes.nullable.no_nulls.values.flat.buffer
-                        if enc.bytes.WhichOneof("array_encoding") == "nullable"
-                        else enc.bytes.flat.buffer)
+    pos, size = _value_bytes(enc, bufs)
     if len(rows) and ((stop < start).any() or int(stop.max()) > size or start.min() < 0):
         raise CorruptFileError("2.0 binary offsets are inconsistent")
     lens = stop - start
@@ -183,6 +202,44 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
     data = _joined(got) if ranges else np.zeros(0, np.uint8)
     offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
     return Variable(offsets, data), (~null if null.any() else None)
+
+
+def _value_bytes(enc: pb.Binary, bufs: Buffers) -> tuple[int, int]:
+    """Where the value bytes of a 2.0 binary page lie: (position, size)."""
+    return _buffer(bufs, enc.bytes.nullable.no_nulls.values.flat.buffer
+                   if enc.bytes.WhichOneof("array_encoding") == "nullable"
+                   else enc.bytes.flat.buffer)
+
+
+def _binary_run(enc: pb.Binary, bufs: Buffers, first: int, n: int,
+                ) -> Plan[tuple[Block, np.ndarray | None]]:
+    """:func:`_binary_rows` for the ``n`` consecutive rows from ``first`` (what range scans
+    ask for): their values lie back to back, one byte range."""
+    lo = max(first - 1, 0)
+    ends_block, _ = yield from read_rows(enc.indices, bufs,
+                                         np.arange(lo, first + n, dtype=np.int64))
+    if not isinstance(ends_block, Fixed) or ends_block.bits != 64:
+        raise CorruptFileError("2.0 binary offsets are not 64-bit")
+    ends = ends_block.values.astype(np.int64)
+    adj = int(enc.null_adjustment)
+    null = None
+    if adj:
+        is_null = ends >= adj
+        if is_null.any():
+            ends = np.where(is_null, ends - adj, ends)
+            null = is_null[first - lo:]
+    stop = ends[first - lo:]
+    start = int(ends[0]) if first > 0 else 0
+    pos, size = _value_bytes(enc, bufs)
+    if start < 0 or int(stop[0]) < start or int(stop[-1]) > size or (np.diff(stop) < 0).any():
+        raise CorruptFileError("2.0 binary offsets are inconsistent")
+    end = int(stop[-1])
+    got = yield ([(pos + start, pos + end)] if end > start else [])
+    data = _joined(got) if end > start else np.zeros(0, np.uint8)
+    offsets = np.empty(n + 1, np.int64)
+    offsets[0] = 0
+    np.subtract(stop, start, out=offsets[1:])
+    return Variable(offsets, data), (~null if null is not None and null.any() else None)
 
 
 __all__ = ["read_rows", "runs", "supported"]
