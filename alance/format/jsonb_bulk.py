@@ -31,6 +31,8 @@ _NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = 0, 1, 2, 3, 4, 5
 _PUNCT = ["[", "]", "{", "}", ",", ":", "null", "false", "true"]
 _OPEN_A, _CLOSE_A, _OPEN_O, _CLOSE_O, _COMMA, _COLON = 0, 1, 2, 3, 4, 5
 _CONST = {_NULL: 6, _FALSE: 7, _TRUE: 8}
+_PUNCT_TEXT = pa.array(_PUNCT, pa.large_string())
+_EMPTY = pa.array([""], pa.large_string())
 
 
 @dataclass
@@ -45,11 +47,24 @@ class _Level:
     start: np.ndarray           # entry byte ranges
     stop: np.ndarray
     child: np.ndarray           # for container entries: node index in the next level
+    owner: np.ndarray           # per entry: its node
+    j: np.ndarray               # per entry: its index in its node
+
+
+def _windows(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each position ``pos`` of ``data`` (each in bounds), as
+    ``width``-byte items to view as numbers."""
+    if len(data) < width:
+        return np.zeros(len(pos), f"V{width}")
+    # Every window of ``data`` as one item (overlapping, no copy): one gather for all.
+    items = np.ndarray((len(data) - width + 1,), dtype=f"V{width}",
+                       buffer=np.ascontiguousarray(data), strides=(1,))
+    return items[pos]
 
 
 def _u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    b = data[pos[:, None] + np.arange(4)].astype(np.uint32)
-    return (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
+    """The big-endian u32 at each byte position ``pos`` of ``data``."""
+    return _windows(data, pos, 4).view(">u4").astype(np.uint32)
 
 
 def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: np.ndarray,
@@ -94,10 +109,22 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
         slow[value[owner[key & (typ != _STRING)]]] = True
     slow[value[owner[typ > _CONTAINER]]] = True
     return _Level(value, kind.astype(np.int64), count, first, typ, start, stop,
-                  np.full(total, -1, np.int64))
+                  np.full(total, -1, np.int64), owner, j)
 
 
 def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.Array:
+    """``data[start[i]:stop[i]]`` for every i, as one binary array."""
+    k = len(start)
+    if k and bool((start[1:] >= stop[:-1]).all()) and int(start[0]) >= 0 \
+            and int(stop[-1]) <= len(data):
+        # Sorted, disjoint ranges: every range and the gap after it are neighbouring items
+        # of one array over ``data`` itself; Arrow's take copies the odd ones out.
+        bounds = np.empty(2 * k + 2, np.int64)
+        bounds[0], bounds[-1] = 0, len(data)
+        bounds[1:-1:2], bounds[2:-1:2] = start, stop
+        spans = pa.Array.from_buffers(pa.large_binary(), 2 * k + 1,
+                                      [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+        return spans.take(pa.array(np.arange(1, 2 * k, 2, dtype=np.int64)))
     lengths = stop - start
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     idx = (np.repeat(start - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
@@ -106,13 +133,28 @@ def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data[idx])])
 
 
-def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, escape_cs: np.ndarray,
-                slow: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+def _needs_escape(raw: pa.Array) -> np.ndarray:
+    """Which values of a large binary array hold a byte JSON text must escape."""
+    n = len(raw)
+    offs = np.frombuffer(raw.buffers()[1], np.int64, n + 1, raw.offset * 8)
+    body = raw.buffers()[2]
+    if body is None or n == 0:
+        return np.zeros(n, dtype=bool)
+    b = np.frombuffer(body, np.uint8)[int(offs[0]): int(offs[-1])]
+    at = np.flatnonzero((b < 0x20) | (b == 0x22) | (b == 0x5C))
+    needs = np.zeros(n, dtype=bool)
+    if len(at):
+        needs[np.searchsorted(offs, at + int(offs[0]), side="right") - 1] = True
+    return needs
+
+
+def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, slow: np.ndarray,
+                ) -> tuple[list[pa.Array], np.ndarray]:
     """Texts of the string and number entries ``leaves``: the pieces (in any order) and the
     piece of each leaf."""
     typ, start, stop = lvl.typ[leaves], lvl.start[leaves], lvl.stop[leaves]
-    value = lvl.node_value[np.searchsorted(lvl.first, leaves, side="right") - 1]
-    parts: list[pa.Array] = [pa.array([""], pa.large_string())]  # piece 0: a value printed
+    value = lvl.node_value[lvl.owner[leaves]]
+    parts: list[pa.Array] = [_EMPTY]  # piece 0: a value printed
     piece = np.zeros(len(leaves), dtype=np.int64)                # one by one instead
     size = [1]
 
@@ -123,10 +165,8 @@ def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, escape_cs: np
 
     strings = np.flatnonzero(typ == _STRING)
     if len(strings):
-        s0, s1 = start[strings], stop[strings]
-        needs = escape_cs[s1] - escape_cs[s0] > 0
-        slow[value[strings[needs]]] = True
-        raw = _ranges_binary(data, s0, s1)
+        raw = _ranges_binary(data, start[strings], stop[strings])
+        slow[value[strings[_needs_escape(raw)]]] = True
         try:
             text = raw.cast(pa.large_string())
         except pa.ArrowInvalid:  # not UTF-8: the per-value path raises the error
@@ -150,8 +190,7 @@ def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, escape_cs: np
                 sel = np.flatnonzero((tag == code) & (width_all == width + 1))
                 if not len(sel):
                     continue
-                raw_int = data[(n0[sel] + 1)[:, None] + np.arange(width)]
-                vals = np.frombuffer(raw_int.tobytes(), dtype=f">{kind}{width}")
+                vals = _windows(data, n0[sel] + 1, width).view(f">{kind}{width}")
                 if kind == "u" and width == 8:
                     texts = pa.array([str(x) for x in vals.tolist()], pa.large_string())
                 else:
@@ -160,30 +199,33 @@ def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, escape_cs: np
                 done[sel] = True
         floats = np.flatnonzero((tag == 0x60) & (width_all == 9))
         if len(floats):
-            raw_f = data[(n0[floats] + 1)[:, None] + np.arange(8)]
-            xs = np.frombuffer(raw_f.tobytes(), ">f8").astype(np.float64)
+            xs = _windows(data, n0[floats] + 1, 8).view(">f8").astype(np.float64)
             finite = np.isfinite(xs)
             ok, fx = floats[finite], xs[finite]
             # Arrow prints the same shortest digits as Python's repr; in fixed notation only
             # an integral value differs ("100" for "100.0"). The rest is printed by Python.
             text = pa.array(fx).cast(pa.large_string())
             expo = np.asarray(pc.match_substring(text, "e"), dtype=bool)
-            dot = pc.match_substring(text, ".")
-            text = pc.if_else(dot, text, pc.binary_join_element_wise(
-                text, pa.scalar(".0", pa.large_string()), pa.scalar("", pa.large_string())))
+            dot = np.asarray(pc.match_substring(text, "."), dtype=bool)
             # (Python's fixed notation, hence pylance's, covers 1e-4 <= |x| < 1e16 only)
             mag = np.abs(fx)
             plain = ~expo & ((fx == 0) | ((mag >= 1e-4) & (mag < 1e16)))
             expo = ~plain
-            add(text.filter(pa.array(plain)), numbers[ok[plain]])
+            add(text.filter(pa.array(plain & dot)), numbers[ok[plain & dot]])
+            integral = plain & ~dot
+            if integral.any():
+                add(pc.binary_join_element_wise(text.filter(pa.array(integral)),
+                                                pa.scalar(".0", pa.large_string()),
+                                                pa.scalar("", pa.large_string())),
+                    numbers[ok[integral]])
             add(pa.array([_float_text(x) for x in fx[expo].tolist()], pa.large_string()),
                 numbers[ok[expo]])
             done[ok] = True
         slow[value[numbers[~done]]] = True
-    return pa.concat_arrays(parts), piece
+    return parts, piece
 
 
-def _join(lvl: _Level, leaf_pieces: pa.Array, leaf_piece: np.ndarray,
+def _join(lvl: _Level, leaf_pieces: list[pa.Array], leaf_piece: np.ndarray,
           child_texts: pa.Array) -> pa.Array:
     """Each node's text from its tokens (``leaf_piece``: per entry, its piece in
     ``leaf_pieces``, -1 for entries that are not strings or numbers)."""
@@ -194,7 +236,7 @@ def _join(lvl: _Level, leaf_pieces: pa.Array, leaf_piece: np.ndarray,
     off = np.concatenate(([0], np.cumsum(ntok))).astype(np.int64)
     tok = np.zeros(int(off[-1]), dtype=np.int64)
     base_leaf = len(_PUNCT)
-    base_child = base_leaf + len(leaf_pieces)
+    base_child = base_leaf + sum(len(p) for p in leaf_pieces)
     piece = np.zeros(len(lvl.typ), dtype=np.int64)
     for kind_of_leaf, const in _CONST.items():
         piece[lvl.typ == kind_of_leaf] = const
@@ -202,9 +244,7 @@ def _join(lvl: _Level, leaf_pieces: pa.Array, leaf_piece: np.ndarray,
     piece[leafy] = base_leaf + leaf_piece[leafy]
     cont = lvl.typ == _CONTAINER
     piece[cont] = base_child + lvl.child[cont]
-    m = np.where(obj, 2 * count, np.where(sca, 1, count))
-    owner = np.repeat(np.arange(len(kind)), m)
-    j = np.arange(len(lvl.typ)) - lvl.first[owner]
+    owner, j = lvl.owner, lvl.j
     c = count[owner]
     at = off[owner]
     tok[off[:-1][arr]] = _OPEN_A
@@ -225,11 +265,14 @@ def _join(lvl: _Level, leaf_pieces: pa.Array, leaf_piece: np.ndarray,
     tok[at[co] + 4 + 4 * vj[co]] = _COMMA
     es = sca[owner]
     tok[at[es]] = piece[es]
-    pieces = pa.concat_arrays([pa.array(_PUNCT, pa.large_string()), leaf_pieces,
-                               child_texts.cast(pa.large_string())])
+    pieces = pa.concat_arrays([_PUNCT_TEXT, *leaf_pieces, child_texts.cast(pa.large_string())])
     tokens = pieces.take(pa.array(tok))
-    lists = pa.LargeListArray.from_arrays(pa.array(off), tokens)
-    return pc.binary_join(lists, pa.scalar("", pa.large_string()))
+    # The tokens' bytes lie back to back in node order: each node's text is the run of its
+    # tokens' bytes, so the node offsets are the token offsets at the node boundaries.
+    token_ends = np.frombuffer(tokens.buffers()[1], np.int64, len(tokens) + 1, tokens.offset * 8)
+    return pa.Array.from_buffers(pa.large_string(), len(kind),
+                                 [None, pa.py_buffer(np.ascontiguousarray(token_ends[off])),
+                                  tokens.buffers()[2] or pa.py_buffer(b"")])
 
 
 def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -238,8 +281,6 @@ def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     could not print (their texts are then empty; print those one by one)."""
     n = len(starts)
     slow = np.zeros(n, dtype=bool)
-    escape = (data < 0x20) | (data == 0x22) | (data == 0x5C)
-    escape_cs = np.concatenate(([0], np.cumsum(escape, dtype=np.int64)))
     levels: list[_Level] = []
     s, e, v = starts.astype(np.int64), ends.astype(np.int64), np.arange(n)
     top = True
@@ -251,13 +292,13 @@ def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
         levels.append(lvl)
         top = False
         cont = np.flatnonzero(lvl.typ == _CONTAINER)
-        owner = np.searchsorted(lvl.first, cont, side="right") - 1
+        owner = lvl.owner[cont]
         lvl.child[cont] = np.arange(len(cont))
         s, e, v = lvl.start[cont], lvl.stop[cont], lvl.node_value[owner]
     texts: pa.Array = pa.array([], pa.large_string())
     for lvl in reversed(levels):
         leaves = np.flatnonzero((lvl.typ == _STRING) | (lvl.typ == _NUMBER))
-        leaf_pieces, piece_of_leaf = _leaf_texts(data, lvl, leaves, escape_cs, slow)
+        leaf_pieces, piece_of_leaf = _leaf_texts(data, lvl, leaves, slow)
         leaf_piece = np.full(len(lvl.typ), -1, dtype=np.int64)
         leaf_piece[leaves] = piece_of_leaf
         texts = _join(lvl, leaf_pieces, leaf_piece, texts)
