@@ -90,20 +90,25 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
     first = np.concatenate(([0], np.cumsum(m)[:-1])).astype(np.int64) if n else m
     total = int(m.sum())
     owner = np.repeat(np.arange(n), m)
-    j = np.arange(total) - first[owner]
-    entries = _u32_be(data, starts[owner] + 4 + 4 * j) if total else np.zeros(0, np.uint32)
-    flagged = (entries >> np.uint32(31)).astype(bool)
-    slow[value[owner[flagged]]] = True
-    typ = ((entries >> np.uint32(28)) & np.uint32(7)).astype(np.int64)
+    index = np.arange(total)
+    j = index - first[owner]
+    # entry i of a node lies at start + 4 + 4 * j, that is (start - 4 * first) + 4 + 4 * i
+    entries = (_u32_be(data, (starts - 4 * first + 4)[owner] + 4 * index) if total
+               else np.zeros(0, np.uint32))
+    if (entries >= np.uint32(0x80000000)).any():
+        slow[value[owner[entries >= np.uint32(0x80000000)]]] = True
+    typ = (entries >> np.uint32(28)).astype(np.int64) & 7
     length = (entries & np.uint32(0x0FFFFFFF)).astype(np.int64)
-    cum = np.cumsum(length)
-    before = np.concatenate(([0], cum))[first][owner] if total else cum
-    stop = table[owner] + cum - before
+    stop = np.cumsum(length)
+    # a node's items start after its table: shift each node's running sum there
+    stop += (table - np.concatenate(([0], stop))[first])[owner] if total else 0
     start = stop - length
-    over = stop > ends[owner]
-    slow[value[owner[over]]] = True
-    stop = np.minimum(stop, ends[owner])
-    start = np.minimum(start, stop)
+    node_end = ends[owner]
+    over = stop > node_end
+    if over.any():
+        slow[value[owner[over]]] = True
+        stop = np.minimum(stop, node_end)
+        start = np.minimum(start, stop)
     if np.any(kind == _OBJECT):  # object keys are strings
         key = (kind[owner] == _OBJECT) & (j < count[owner])
         slow[value[owner[key & (typ != _STRING)]]] = True
