@@ -52,8 +52,12 @@ DEFAULT_MAX_RETRIES = 3
 RETRY_BASE_DELAY = 0.05
 #: Streaming writes hand the store parts of about this size (bounded write buffer).
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
-#: Ranges closer than this are fetched with one request.
-DEFAULT_COALESCE_BYTES = 64 * 1024
+#: Ranges closer than this are fetched with one request (local files: a page-cache copy of
+#: the gap costs more than another call; cloud stores use a far larger gap).
+DEFAULT_COALESCE_BYTES = 4 * 1024
+#: Bytes read from the end of a data or index file to open it: its footer and, usually, all
+#: its metadata (a bigger tail saves a second request where each costs a round trip).
+DEFAULT_TAIL_BYTES = 16 * 1024
 #: Decoded bytes per scan chunk on local disk (see ``scan_chunk_bytes``).
 DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 #: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
@@ -144,6 +148,7 @@ class DatasetStore:
         scan_chunk_bytes: decoded bytes a scan reads per chunk (all its columns): bigger
             chunks mean fewer, larger requests, for stores where each request costs a round
             trip; memory stays bounded by a few chunks.
+        tail_bytes: bytes read from the end of a file to open it (footer and metadata).
         max_retries: extra attempts for idempotent operations that fail transiently
             (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
             Conditional creates are never retried: their outcome after a failure is unknown.
@@ -161,6 +166,7 @@ class DatasetStore:
                  limiter_key: str | None = None,
                  ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
                  scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
+                 tail_bytes: int = DEFAULT_TAIL_BYTES,
                  deadline: float = DEFAULT_DEADLINE) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
@@ -180,6 +186,7 @@ class DatasetStore:
         self.split_bytes = split_bytes
         self.ranges_per_request = max(1, ranges_per_request)
         self.scan_chunk_bytes = max(1, scan_chunk_bytes)
+        self.tail_bytes = max(64, tail_bytes)
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
         #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).

@@ -27,6 +27,9 @@ CLOUD_COALESCE_BYTES = 1024 * 1024
 #: Decoded bytes per scan chunk on cloud stores: a round trip per request makes few, large
 #: requests pay (about a page of each column, as pylance reads them).
 CLOUD_SCAN_CHUNK_BYTES = 32 * 1024 * 1024
+#: Bytes read from the end of a file to open it on cloud stores: a second round trip for
+#: metadata that did not fit costs far more than the extra bytes.
+CLOUD_TAIL_BYTES = 64 * 1024
 #: obstore's own retries (under alance's): a couple, quickly, so failures surface in seconds.
 CLOUD_RETRY_CONFIG = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=20),
                       "backoff": {"init_backoff": dt.timedelta(milliseconds=50),
@@ -101,7 +104,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     ``storage_options`` take the names pylance accepts (``aws_endpoint``,
     ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``, ``allow_http``, ...)
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
-    cloud stores), ``coalesce_bytes`` (64 KiB local, 1 MiB cloud), ``max_retries``,
+    cloud stores), ``coalesce_bytes`` (4 KiB local, 1 MiB cloud), ``max_retries``,
     ``deadline`` (seconds one store operation may take, retries included: default 60; see
     :mod:`alance.io.deadline`), ``profile`` (the AWS profile for ``s3://``), and
     ``wrap_backend`` (a callable that wraps the byte-moving backend, e.g. to inject faults or
@@ -190,6 +193,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
     policy.setdefault("scan_chunk_bytes", CLOUD_SCAN_CHUNK_BYTES)
     policy.setdefault("ranges_per_request", 1)
+    policy.setdefault("tail_bytes", CLOUD_TAIL_BYTES)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),

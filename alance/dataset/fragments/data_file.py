@@ -151,7 +151,8 @@ class DataFileReader:
             if size is None:
                 size = (await store.head(path)).size
             try:
-                file = await run_plan(open_v2_file(size), store, path)
+                file = await run_plan(open_v2_file(size, tail_size=store.tail_bytes), store,
+                                      path)
             except PathOutsideDatasetError:
                 raise
             except InvalidInputError as exc:
@@ -177,7 +178,8 @@ class DataFileReader:
             if size is None:
                 size = (await store.head(path)).size
             try:
-                file = await run_plan(open_file(size, list(ids)), store, path)
+                file = await run_plan(open_file(size, list(ids), tail_size=store.tail_bytes),
+                                      store, path)
             except PathOutsideDatasetError:
                 raise
             except InvalidInputError as exc:

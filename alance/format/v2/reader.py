@@ -44,7 +44,7 @@ from alance.format.v2.v20 import Rows20, read_field20
 T = TypeVar("T")
 #: Mini-block chunks of one page closer than this are fetched as one range (the page's
 #: chunks are decoded together; the store may still merge further ranges by its own policy).
-CHUNK_GAP = 64 * 1024
+CHUNK_GAP = 0
 
 
 class Rows:

@@ -63,7 +63,7 @@ class IndexReader:
                     None)
         if size is None:
             size = (await store.head(path)).size
-        file = await run_plan(open_file(size), store, path)
+        file = await run_plan(open_file(size, tail_size=store.tail_bytes), store, path)
         reader = LanceFileReader(store, path, file)
         self._files[path] = reader
         return reader
