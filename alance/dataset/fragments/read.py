@@ -57,6 +57,18 @@ class ReadContext:
         self._dictionaries: dict[int, pa.Array] | None = None
         self._row_ends: np.ndarray | None = None
         self._fragment_of: dict[str, table_pb2.DataFragment] | None = None
+        self._fragment_table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def fragment_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The version's fragment ids (ascending), each one's physical rows and whether it
+        has a deletion file."""
+        if self._fragment_table is None:
+            frags = sorted(self.snapshot.fragments, key=lambda f: int(f.id))
+            self._fragment_table = (
+                np.array([int(f.id) for f in frags], dtype=np.int64),
+                np.array([int(f.physical_rows) for f in frags], dtype=np.int64),
+                np.array([f.HasField("deletion_file") for f in frags], dtype=bool))
+        return self._fragment_table
 
     def live_row_ends(self) -> np.ndarray:
         """Live rows of the version up to and including each fragment (from the manifest)."""

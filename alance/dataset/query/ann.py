@@ -138,6 +138,15 @@ def explain_lines(scanner: NearestScanner, p: AnnPlan) -> list[str]:
 
 
 def _top(ids: np.ndarray, dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` smallest distances, ties broken by row id (ascending)."""
+    if 0 < n < len(dist) // 4:
+        # Only rows within the n-th smallest distance can make it: sort just those (ties
+        # at the threshold included, so the id order among them still decides).
+        bound = np.partition(dist, n - 1)[n - 1]
+        near = np.flatnonzero(dist <= bound) if not np.isnan(bound) else None
+        if near is not None and len(near) >= n:
+            order = near[np.lexsort((ids[near], dist[near]))[:n]]
+            return ids[order], dist[order]
     order = np.lexsort((ids, dist))[:n]
     return ids[order], dist[order]
 
@@ -221,7 +230,9 @@ async def ranked(scanner: NearestScanner, p: AnnPlan) -> pa.Table:
                          np.concatenate([dist, flat.column(DISTANCE).to_numpy().astype(
                              np.float32)]), scanner.k)
     ids, dist = ids[: scanner.k], dist[: scanner.k]
-    read = [c for c in scanner._read if c != "_rowid"]
+    # The vector column is read only where the result shows it (or a post-filter needs it).
+    read = [c for c in scanner._read if c != "_rowid" and (
+        c != scanner.column or c in scanner.projection or c in scanner.post_filter_columns)]
     table = await scanner.dataset.take_rows(ids, columns=read)
     table = table.append_column(DISTANCE, pa.array(dist, pa.float32()))
     return table.append_column("_rowid", pa.array(ids, pa.uint64()))

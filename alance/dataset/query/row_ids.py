@@ -324,20 +324,21 @@ async def row_addresses_of(ctx: ReadContext, row_ids: np.ndarray) -> tuple[np.nd
     if uses_stable_row_ids(ctx.snapshot.manifest):
         return (await row_id_index(ctx)).lookup(ids)
     # Without stable ids a row id is an address: check that it names a live row.
-    rows = {int(f.id): f for f in ctx.snapshot.fragments}
-    found = np.zeros(len(ids), dtype=bool)
     frag_ids = (ids >> np.uint64(32)).astype(np.int64)
     offsets = (ids & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    for fid in np.unique(frag_ids).tolist():
-        frag = rows.get(int(fid))
-        if frag is None:
-            continue
-        mask = frag_ids == fid
-        ok = offsets[mask] < int(frag.physical_rows)
-        deleted = await ctx.deleted_offsets(frag)
+    known, physical, has_deletions = ctx.fragment_table()
+    if not len(known):
+        return ids.copy(), np.zeros(len(ids), dtype=bool)
+    at = np.minimum(np.searchsorted(known, frag_ids), len(known) - 1)
+    found = (known[at] == frag_ids) & (offsets < physical[at])
+    touched = found & has_deletions[at]
+    if touched.any():
+        rows = {int(f.id): f for f in ctx.snapshot.fragments}
+    for fid in np.unique(frag_ids[touched]).tolist() if touched.any() else []:
+        deleted = await ctx.deleted_offsets(rows[int(fid)])
         if deleted is not None and len(deleted):
-            ok &= ~np.isin(offsets[mask], deleted.astype(np.int64))
-        found[mask] = ok
+            mask = np.flatnonzero(found & (frag_ids == fid))
+            found[mask] = ~np.isin(offsets[mask], deleted.astype(np.int64))
     return ids.copy(), found
 
 

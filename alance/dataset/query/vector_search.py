@@ -91,6 +91,8 @@ class NearestScanner:
         filter_columns: list[str] = []
         if filter is not None and not self.prefilter and isinstance(filter, str):
             _, filter_columns = compile_filter_and_columns(filter, schema)
+        #: Columns the post-filter (if any) reads.
+        self.post_filter_columns = list(filter_columns)
         wanted = [n for n in names if n != DISTANCE]
         self._read = list(dict.fromkeys([*wanted, self.column, *filter_columns, _ROW_ID]))
         if with_row_address and _ROW_ADDRESS not in self._read:

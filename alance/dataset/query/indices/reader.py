@@ -2,7 +2,9 @@
 them: the IO layer over the format modules.
 
 Tables read from index files are kept per read context (one dataset version), so repeated
-queries on one dataset object read each index page once.
+queries on one dataset object read each index page once: at most :data:`INDEX_CACHE_BYTES`
+of them (least recently used first out), and concurrent queries that need the same table
+share one read.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -36,6 +39,8 @@ from alance.io.plans import run_plan
 
 #: A set of rows: fragment id -> offsets within it.
 Rows = dict[int, pyroaring.BitMap]
+#: Bytes of index tables one read context keeps (pages, partitions, bitmaps).
+INDEX_CACHE_BYTES = 256 * 1024 * 1024
 
 
 class IndexReader:
@@ -44,7 +49,9 @@ class IndexReader:
     def __init__(self, ctx: ReadContext) -> None:
         self.ctx = ctx
         self._files: dict[str, LanceFileReader] = {}
-        self._tables: dict[tuple[str, Any], pa.Table] = {}
+        self._tables: OrderedDict[tuple[str, Any], pa.Table] = OrderedDict()
+        self._cached_bytes = 0
+        self._loading: dict[tuple[str, Any], asyncio.Future[pa.Table]] = {}
         #: Bytes of index data read (files opened and rows read), for explain/analyze.
         self.bytes_read = 0
 
@@ -75,7 +82,23 @@ class IndexReader:
         key = (f"{index_dir(index)}/{name}", (columns, rows))
         cached = self._tables.get(key)
         if cached is not None:
+            self._tables.move_to_end(key)
             return cached
+        loading = self._loading.get(key)
+        if loading is None:  # the first to ask reads it; the others wait for that read
+            loading = asyncio.ensure_future(self._read_table(index, name, columns, rows, key))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda f: self._loaded(key, f))
+        return await asyncio.shield(loading)
+
+    def _loaded(self, key: tuple[str, Any], done: asyncio.Future[pa.Table]) -> None:
+        self._loading.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a failure reaches whoever waited, not the log
+
+    async def _read_table(self, index: table_pb2.IndexMetadata, name: str,
+                          columns: tuple[str, ...] | None, rows: tuple[int, int] | None,
+                          key: tuple[str, Any]) -> pa.Table:
         reader = await self.open(index, name)
         if columns is not None:
             reader = LanceFileReader(reader._store, reader._name, reader._file, list(columns))
@@ -86,6 +109,10 @@ class IndexReader:
                                             batch_size=65536).to_table()
         self.bytes_read += table.nbytes
         self._tables[key] = table
+        self._cached_bytes += table.nbytes
+        while self._cached_bytes > INDEX_CACHE_BYTES and len(self._tables) > 1:
+            _, old = self._tables.popitem(last=False)
+            self._cached_bytes -= old.nbytes
         return table
 
     async def file_metadata(self, index: table_pb2.IndexMetadata,
