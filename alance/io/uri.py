@@ -123,7 +123,8 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
 
 def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy: dict[str, Any] = {}
-    for name in ("max_concurrency", "coalesce_bytes", "max_retries", "scan_chunk_bytes"):
+    for name in ("max_concurrency", "coalesce_bytes", "max_retries", "scan_chunk_bytes",
+                 "tail_bytes"):
         if name in options:
             try:
                 policy[name] = int(options.pop(name))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from alance.dataset.query.indices.rowaddr import (
     map_of_addresses,
 )
 from alance.errors import AlreadyExistsError, IndexNotFoundError, InvalidInputError
+from alance.io.store import counting_io
 
 N = 12_000
 
@@ -104,6 +106,40 @@ def test_index_narrows_what_is_read(indexed: str) -> None:
     full = ds.scanner(filter="v = 5", use_scalar_index=False)
     full.to_table()
     assert full.stats.rows_scanned == N * 4 // 5 + appended
+
+
+def _pylance_bytes_read(plan: str) -> float:
+    """Sum of the ``bytes_read=`` figures of pylance's analyze_plan text."""
+    units = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+    return sum(float(n) * units[u] for n, u in re.findall(r"bytes_read=([\d.]+)\s*([KMG]?)",
+                                                          plan))
+
+
+def test_indexed_point_lookup_reads_about_what_pylance_reads(tmp_path: Path) -> None:
+    """A BTREE-narrowed lookup of a few rows spread over the files fetches their chunks only:
+    no megabytes of gaps between them, no oversized file tails (issue target: at most 1.2x
+    pylance's bytes)."""
+    rng = np.random.default_rng(0)
+    n = 200_000
+    uri = str(tmp_path / "lookup")
+    table = pa.table({"id": pa.array(np.arange(n)),
+                      "v": pa.array(rng.integers(0, 10_000, n).astype(np.int32)),
+                      "payload": pa.array([f"{i:060d}" for i in range(n)])})
+    lance.write_dataset(table, uri, max_rows_per_file=n // 4).create_scalar_index("v", "BTREE")
+    sql = "v = 4242"
+    theirs = lance.dataset(uri).to_table(filter=sql)
+    plan = lance.dataset(uri).scanner(filter=sql).analyze_plan()
+
+    async def ours() -> tuple[pa.Table, int]:
+        ds = await alance.open_dataset(uri)
+        await ds.to_table(filter="v = 1")  # files opened (pylance's figure has no footers)
+        with counting_io() as io:
+            got = await ds.to_table(filter=sql)
+        return got, io.bytes_read
+
+    got, read = asyncio.run(ours())
+    assert got.equals(theirs) and got.num_rows > 0
+    assert read <= 1.2 * _pylance_bytes_read(plan), (read, plan)
 
 
 def test_limit_offset_count_and_projection(indexed: str) -> None:
