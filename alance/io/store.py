@@ -36,6 +36,7 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
+from alance.io.block_cache import BlockCache, shared_cache
 from alance.io.deadline import DEFAULT_DEADLINE, call_deadline
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,8 @@ class DatasetStore:
             chunks mean fewer, larger requests, for stores where each request costs a round
             trip; memory stays bounded by a few chunks.
         tail_bytes: bytes read from the end of a file to open it (footer and metadata).
+        block_cache_bytes: bytes of the process-wide block cache for small reads of data and
+            index files (:mod:`alance.io.block_cache`); 0 (local stores) reads uncached.
         max_retries: extra attempts for idempotent operations that fail transiently
             (:class:`~alance.errors.TransientStoreError`), with jittered exponential backoff.
             Conditional creates are never retried: their outcome after a failure is unknown.
@@ -167,6 +170,7 @@ class DatasetStore:
                  ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
                  scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
                  tail_bytes: int = DEFAULT_TAIL_BYTES,
+                 block_cache_bytes: int = 0,
                  deadline: float = DEFAULT_DEADLINE) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
@@ -187,6 +191,7 @@ class DatasetStore:
         self.ranges_per_request = max(1, ranges_per_request)
         self.scan_chunk_bytes = max(1, scan_chunk_bytes)
         self.tail_bytes = max(64, tail_bytes)
+        self.block_cache = shared_cache(block_cache_bytes) if block_cache_bytes > 0 else None
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
         #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).
@@ -321,6 +326,33 @@ class DatasetStore:
         if not ranges:
             return []
         key = self._key(path)
+        cache = self.block_cache
+        if cache is not None and cache.eligible(ranges):
+            size = cache.size_of((self.limiter_key, key))
+            if size is not None:
+                got = await self._get_blocks(cache, path, key, size, ranges)
+                if got is not None:
+                    return list(got)
+        return await self._fetch_ranges(path, key, ranges)
+
+    def note_immutable(self, path: str, size: int) -> None:
+        """Tell the store that ``path`` is an immutable object of ``size`` bytes (a data or
+        index file): its small reads may then be answered from the block cache."""
+        if self.block_cache is not None:
+            self.block_cache.note_size((self.limiter_key, self._key(path)), size)
+
+    async def _get_blocks(self, cache: BlockCache, path: str, key: str, size: int,
+                          ranges: Sequence[tuple[int, int]]) -> list[bytes] | None:
+        ident = (self.limiter_key, key)
+        fetch = cache.missing(ident, ranges, size)
+        fresh: dict[int, bytes] = {}
+        if fetch:
+            data = await self._fetch_ranges(path, key, fetch)
+            fresh = cache.fill(ident, list(zip(fetch, data, strict=True)))
+        return cache.answer(ident, ranges, fresh)
+
+    async def _fetch_ranges(self, path: str, key: str,
+                            ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
         pieces = self._pieces(ranges)
         step = self.ranges_per_request
         batches = [pieces[i:i + step] for i in range(0, len(pieces), step)]

@@ -15,6 +15,7 @@ from obstore.store import LocalStore, MemoryStore
 
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.io.backends import DictBackend, ObstoreBackend, PosixBackend
+from alance.io.block_cache import DEFAULT_CACHE_BYTES
 from alance.io.deadline import seconds as deadline_seconds
 from alance.io.object_stores import build_cloud_store
 from alance.io.store import DEFAULT_MAX_CONCURRENCY, DatasetStore
@@ -124,7 +125,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
 def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy: dict[str, Any] = {}
     for name in ("max_concurrency", "coalesce_bytes", "max_retries", "scan_chunk_bytes",
-                 "tail_bytes"):
+                 "tail_bytes", "block_cache_bytes"):
         if name in options:
             try:
                 policy[name] = int(options.pop(name))
@@ -195,6 +196,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy.setdefault("scan_chunk_bytes", CLOUD_SCAN_CHUNK_BYTES)
     policy.setdefault("ranges_per_request", 1)
     policy.setdefault("tail_bytes", CLOUD_TAIL_BYTES)
+    policy.setdefault("block_cache_bytes", DEFAULT_CACHE_BYTES)
     return DatasetStore(ObstoreBackend(store), root, uri=text,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),

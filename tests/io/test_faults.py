@@ -102,7 +102,8 @@ async def assert_unchanged(before: State, uri: str, options: dict[str, Any]) -> 
 
 
 def with_faults(options: dict[str, Any], plan: FaultPlan, **extra: Any) -> dict[str, Any]:
-    return {**options, "wrap_backend": plan, **extra}
+    # (no block cache: these tests are about the requests, which it would answer from memory)
+    return {**options, "wrap_backend": plan, "block_cache_bytes": 0, **extra}
 
 
 # -- reads under transient faults ---------------------------------------------------------------

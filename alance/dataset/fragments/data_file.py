@@ -153,6 +153,7 @@ class DataFileReader:
             try:
                 file = await run_plan(open_v2_file(size, tail_size=store.tail_bytes), store,
                                       path)
+                store.note_immutable(path, size)
             except PathOutsideDatasetError:
                 raise
             except InvalidInputError as exc:
@@ -180,6 +181,7 @@ class DataFileReader:
             try:
                 file = await run_plan(open_file(size, list(ids), tail_size=store.tail_bytes),
                                       store, path)
+                store.note_immutable(path, size)
             except PathOutsideDatasetError:
                 raise
             except InvalidInputError as exc:

@@ -71,6 +71,7 @@ class IndexReader:
         if size is None:
             size = (await store.head(path)).size
         file = await run_plan(open_file(size, tail_size=store.tail_bytes), store, path)
+        store.note_immutable(path, size)
         reader = LanceFileReader(store, path, file)
         self._files[path] = reader
         return reader
