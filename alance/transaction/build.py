@@ -235,7 +235,9 @@ def _overwrite_rows(step: _Step) -> None:
 def _rewrite_rows(step: _Step) -> None:
     step.fragments, groups = _rewrite(step.fragments, step.txn, step.ids,
                                       step.manifest.version - 1)
-    ix.apply_rewrite(step.indices, list(step.txn.rewrite.rewritten_indices), groups)
+    ix.apply_rewrite(step.indices, list(step.txn.rewrite.rewritten_indices), groups,
+                     stable_row_ids=bool(step.manifest.reader_feature_flags
+                                         & FeatureFlag.STABLE_ROW_IDS))
 
 
 def _create_index_rows(step: _Step) -> None:

@@ -19,6 +19,7 @@ import pyroaring
 
 from alance._proto import table_pb2
 from alance.dataset.commit.loop import commit_transaction
+from alance.dataset.maintenance.index_files import write_index_file
 from alance.dataset.query.indices import bitmap, btree, zonemap
 from alance.dataset.query.indices.describe import user_indices
 from alance.dataset.query.indices.types import SCALAR_KINDS, index_dir, scalar_kind
@@ -30,7 +31,6 @@ from alance.errors import (
     InvalidInputError,
     UnsupportedFeatureError,
 )
-from alance.file import LanceFileWriter
 from alance.transaction.indices import write_bitmap
 from alance.transaction.operations import new_create_index
 
@@ -56,13 +56,7 @@ async def read_column(ds: LanceDataset, column: str,
 
 async def write_table(ds: LanceDataset, path: str, table: pa.Table) -> int:
     """Write one index file; returns its size in bytes."""
-    writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store, _name=path)
-    for batch in table.to_batches(max_chunksize=65536):
-        await writer.write_batch(batch)
-    if table.num_rows == 0:
-        await writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
-    await writer.close()
-    return int((await ds._store.head(path)).size)
+    return await write_index_file(ds._store, path, table)
 
 
 def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMetadata:
@@ -104,14 +98,7 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     if kind == "ZONEMAP":
         table, nulls = zonemap.build_table(values, ids)
         path = f"{directory}/{zonemap.FILE}"
-        writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store,
-                                 _name=path)
-        if writer.add_global_buffer(nulls) != 1:
-            raise AssertionError("the null rows must be global buffer 1")
-        for batch in table.to_batches(max_chunksize=65536):
-            await writer.write_batch(batch)
-        await writer.close()
-        return [(zonemap.FILE, int((await ds._store.head(path)).size))]
+        return [(zonemap.FILE, await write_index_file(ds._store, path, table, buffers=[nulls]))]
     raise UnsupportedFeatureError(f"alance does not build {kind} indices yet")
 
 

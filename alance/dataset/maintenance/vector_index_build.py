@@ -24,12 +24,12 @@ import pyroaring
 from alance._proto import table_pb2, vector_index_pb2
 from alance.dataset.commit.loop import commit_transaction
 from alance.dataset.maintenance.index_build import read_column
+from alance.dataset.maintenance.index_files import write_index_file
 from alance.dataset.query.indices import ivf
 from alance.dataset.query.indices.describe import user_indices
 from alance.dataset.query.indices.types import index_dir
 from alance.dataset.query.vector_math import _matrix
 from alance.errors import AlreadyExistsError, InvalidInputError
-from alance.file import LanceFileWriter
 from alance.io.plans import decode_pool
 from alance.transaction.indices import write_bitmap
 from alance.transaction.operations import new_create_index
@@ -136,23 +136,6 @@ def _ivf_message(model: dict[str, Any], *, with_centroids: bool) -> bytes:
     return msg.SerializeToString()
 
 
-async def _write(ds: LanceDataset, path: str, table: pa.Table, metadata: dict[str, str],
-                 buffers: list[bytes]) -> int:
-    writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store, _name=path)
-    for number, data in enumerate(buffers, start=1):
-        if writer.add_global_buffer(data) != number:
-            raise AssertionError("global buffers must be numbered from 1")
-    for key, value in metadata.items():
-        writer.add_schema_metadata(key, value)
-    if table.num_rows:
-        for batch in table.to_batches(max_chunksize=65536):
-            await writer.write_batch(batch)
-    else:
-        await writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
-    await writer.close()
-    return int((await ds._store.head(path)).size)
-
-
 async def create_vector_index(ds: LanceDataset, column: str, index_type: str,
                               name: str | None = None, metric: str = "l2", *,
                               replace: bool = True, num_partitions: int | None = None,
@@ -223,17 +206,18 @@ async def create_vector_index(ds: LanceDataset, column: str, index_type: str,
                                        shape=[1 << num_bits, dim],
                                        data=model["codebook"].astype("<f4").tobytes())
         buffers = [_ivf_message(model, with_centroids=False), book.SerializeToString()]
-    storage_size = await _write(
-        ds, f"{directory}/{ivf.STORAGE_FILE}", storage,
-        {"lance:ivf": "1", "distance_type": metric,
-         "storage_metadata": json.dumps([json.dumps(params, separators=(",", ":"))])}, buffers)
+    storage_size = await write_index_file(
+        ds._store, f"{directory}/{ivf.STORAGE_FILE}", storage,
+        metadata={"lance:ivf": "1", "distance_type": metric,
+                  "storage_metadata": json.dumps([json.dumps(params, separators=(",", ":"))])},
+        buffers=buffers)
     head = pa.schema([pa.field("__flat_marker", pa.uint64(), nullable=False)]).empty_table()
-    head_size = await _write(
-        ds, f"{directory}/{ivf.INDEX_FILE}", head,
-        {"lance:index": json.dumps({"type": kind, "distance_type": metric},
-                                   separators=(",", ":")),
-         "lance:ivf": "1", "lance:flat": json.dumps([""] * partitions)},
-        [_ivf_message(model, with_centroids=True)])
+    head_size = await write_index_file(
+        ds._store, f"{directory}/{ivf.INDEX_FILE}", head,
+        metadata={"lance:index": json.dumps({"type": kind, "distance_type": metric},
+                                            separators=(",", ":")),
+                  "lance:ivf": "1", "lance:flat": json.dumps([""] * partitions)},
+        buffers=[_ivf_message(model, with_centroids=True)])
     details = vector_index_pb2.VectorIndexDetails()
     details.metric_type = ivf.metric_number(metric)  # type: ignore[assignment]
     if kind == "IVF_PQ":

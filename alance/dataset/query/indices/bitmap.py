@@ -9,15 +9,23 @@ value as a serialized row-address map, :mod:`alance.dataset.query.indices.rowadd
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from alance.dataset.query.indices.btree import sort_for_index
-from alance.dataset.query.indices.rowaddr import encode_row_addr_map, map_of_addresses
+from alance.dataset.query.indices.rowaddr import (
+    addresses_of_map,
+    decode_row_addr_map,
+    encode_row_addr_map,
+    map_of_addresses,
+)
 
 FILE = "bitmap_page_lookup.lance"
 STATS_KEY = "lance:index_stats"
+#: LABEL_LIST files: the global buffer holding the rows whose list is null (row-address map).
+LABEL_LIST_NULLS = "lance:label_list_nulls"
 
 
 def group_rows(values: pa.Array, ids: np.ndarray) -> tuple[pa.Array, list[np.ndarray]]:
@@ -48,3 +56,22 @@ def build_table(values: pa.Array, ids: np.ndarray) -> pa.Table:
                        metadata={STATS_KEY: json.dumps({"num_bitmaps": len(groups)},
                                                        separators=(",", ":"))})
     return pa.table({"keys": keys, "bitmaps": pa.array(bitmaps, pa.binary())}, schema=schema)
+
+
+Remap = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def remap_map(data: bytes, remap: Remap, fragment_rows: Mapping[int, int]) -> bytes:
+    """A serialized row-address map with every address passed through ``remap`` (which gives
+    new addresses and whether each row still exists). ``fragment_rows``: physical rows of
+    the fragments whole-fragment entries stand for."""
+    new, kept = remap(addresses_of_map(decode_row_addr_map(data), fragment_rows))
+    return encode_row_addr_map(map_of_addresses(new[kept]))
+
+
+def remap_table(table: pa.Table, remap: Remap, fragment_rows: Mapping[int, int]) -> pa.Table:
+    """The bitmap file's table with every bitmap remapped (:func:`remap_map`); keys and
+    metadata are kept."""
+    maps = [remap_map(raw, remap, fragment_rows) for raw in table.column("bitmaps").to_pylist()]
+    return table.set_column(table.schema.get_field_index("bitmaps"),
+                            table.schema.field("bitmaps"), pa.array(maps, pa.binary()))
