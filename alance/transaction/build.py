@@ -241,11 +241,11 @@ def _rewrite_rows(step: _Step) -> None:
 
 
 def _create_index_rows(step: _Step) -> None:
+    # As pylance 14: existing indices are removed by uuid only, so a new segment of an index
+    # (a delta) joins the segments of that name.
     ci = step.txn.create_index
-    names = {i.name for i in ci.new_indices}
-    removed = {i.uuid.uuid for i in ci.removed_indices}
-    step.indices = [i for i in step.indices
-                    if i.name not in names and i.uuid.uuid not in removed]
+    removed = {i.uuid.uuid for i in ci.removed_indices} | {i.uuid.uuid for i in ci.new_indices}
+    step.indices = [i for i in step.indices if i.uuid.uuid not in removed]
     step.indices += [_copy_index(i) for i in ci.new_indices]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,11 +81,13 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
 
 
 async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
+                      fragments: Sequence[table_pb2.DataFragment] | None = None,
                       ) -> list[tuple[str, int]]:
-    """Write the files of a ``kind`` index over ``column``; ``(name, size)`` of each."""
+    """Write the files of a ``kind`` index over ``column`` (the rows of ``fragments``,
+    default all); ``(name, size)`` of each."""
     # As pylance writes them (see alance.dataset.query.indices.reader.records_row_ids): BTREE
     # pages hold row addresses; bitmaps hold stable row ids when the dataset has them.
-    values, ids = await read_column(ds, column, row_ids=kind == "BITMAP"
+    values, ids = await read_column(ds, column, fragments, row_ids=kind == "BITMAP"
                                     and uses_stable_row_ids(ds.manifest))
     if kind == "BTREE":
         data, lookup = btree.build_tables(values, ids)
@@ -102,23 +104,17 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     raise UnsupportedFeatureError(f"alance does not build {kind} indices yet")
 
 
-async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
-                              name: str | None = None, *, replace: bool = True,
-                              **kwargs: Any) -> LanceDataset:
-    """Build a scalar index on ``column`` and commit it; returns the new version."""
-    kind = scalar_kind(index_type)
+async def scalar_segment(ds: LanceDataset, kind: str, column: str, name: str,
+                         fragments: Sequence[table_pb2.DataFragment], covers: Iterable[int],
+                         ) -> table_pb2.IndexMetadata:
+    """Write a ``kind`` index segment over the rows of ``fragments`` and return its manifest
+    entry (not committed), recording ``covers`` as the fragments it covers."""
     meta = _check_column(ds, column, kind)
-    name = name or f"{column}_idx"
-    existing = user_indices(ds._snapshot.manifest_file.indices).get(name, [])
-    if existing and not replace:
-        raise AlreadyExistsError(f"Index name '{name}' already exists")
-    uid = _uuid.uuid4()
-    meta.uuid.uuid = uid.bytes
+    meta.uuid.uuid = _uuid.uuid4().bytes
     meta.name = name
     meta.dataset_version = ds.version
-    directory = index_dir(meta)
-    files = await build_files(ds, kind, column, directory)
-    write_bitmap(meta, pyroaring.BitMap(int(f.id) for f in ds._snapshot.fragments))
+    files = await build_files(ds, kind, column, index_dir(meta), fragments)
+    write_bitmap(meta, pyroaring.BitMap(covers))
     meta.index_details.type_url = SCALAR_KINDS[kind]
     meta.index_details.value = zonemap.DETAILS if kind == "ZONEMAP" else b""
     meta.index_version = _INDEX_VERSIONS[kind]
@@ -127,6 +123,22 @@ async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
     meta.created_at = int(time.time() * 1000)
     for fname, size in files:
         meta.files.add(path=fname, size_bytes=size)
+    return meta
+
+
+async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
+                              name: str | None = None, *, replace: bool = True,
+                              **kwargs: Any) -> LanceDataset:
+    """Build a scalar index on ``column`` and commit it; returns the new version."""
+    kind = scalar_kind(index_type)
+    _check_column(ds, column, kind)
+    name = name or f"{column}_idx"
+    existing = user_indices(ds._snapshot.manifest_file.indices).get(name, [])
+    if existing and not replace:
+        raise AlreadyExistsError(f"Index name '{name}' already exists")
+    fragments = list(ds._snapshot.fragments)
+    meta = await scalar_segment(ds, kind, column, name, fragments,
+                                (int(f.id) for f in fragments))
     txn = new_create_index(ds.version, [meta], existing)
     snap = await commit_transaction(ds._store, ds._handler, ds._snapshot, txn,
                                     data_storage_version=ds.data_storage_version)

@@ -17,6 +17,7 @@ import uuid as _uuid
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from alance._proto import table_pb2, transaction_pb2
 from alance.dataset.fragments.deletions import WrittenFiles
@@ -88,28 +89,45 @@ async def _bitmap(reader: IndexReader, index: Index, remap: RowRemap,
         metadata={k.decode(): v.decode() for k, v in meta.items()}, buffers=buffers))]
 
 
-async def _ivf(reader: IndexReader, index: Index, remap: RowRemap,
-               out: str) -> list[tuple[str, int]] | None:
-    head = await reader.open(index, ivf.INDEX_FILE)
-    if ivf.index_metric(dict(head.schema.metadata or {}))[0] not in ("IVF_FLAT", "IVF_PQ"):
-        return None  # another sub-index (HNSW...): left unremapped
+async def write_ivf_segment(reader: IndexReader, index: Index, table: pa.Table,
+                            lengths: np.ndarray, out: str) -> list[tuple[str, int]]:
+    """Write an IVF segment under ``out`` that shares ``index``'s model: its ``index.idx``
+    (centroids) copied, and ``table`` (storage rows in partition order, ``lengths`` rows per
+    partition) as ``auxiliary.idx`` with ``index``'s storage metadata and PQ codebook."""
     storage = await reader.open(index, ivf.STORAGE_FILE)
     meta = dict(storage.schema.metadata or {})
     number = ivf.buffer_number(meta)
-    message = ivf.parse_ivf(await storage.read_global_buffer(number))
     buffers = await _buffers(storage)
-    transposed = bool(ivf.storage_params(meta).get("transposed", False))
-    table, lengths = ivf.remap_storage(await reader.table(index, ivf.STORAGE_FILE),
-                                       np.asarray(message.lengths, dtype=np.int64),
-                                       remap.apply, transposed)
-    buffers[number - 1] = ivf.with_partition_lengths(message, lengths)
+    buffers[number - 1] = ivf.with_partition_lengths(ivf.parse_ivf(buffers[number - 1]),
+                                                     lengths)
     store = reader.ctx.store
     size = await write_index_file(
         store, f"{out}/{ivf.STORAGE_FILE}", table.replace_schema_metadata(None),
         metadata={k.decode(): v.decode() for k, v in meta.items()}, buffers=buffers)
+    head = await reader.open(index, ivf.INDEX_FILE)
     await store.copy(head._name, f"{out}/{ivf.INDEX_FILE}")
     return [(ivf.STORAGE_FILE, size),
             (ivf.INDEX_FILE, int((await store.head(f"{out}/{ivf.INDEX_FILE}")).size))]
+
+
+async def is_ivf_segment(reader: IndexReader, index: Index) -> bool:
+    """Whether a vector index segment is IVF_FLAT / IVF_PQ (not another sub-index)."""
+    head = await reader.open(index, ivf.INDEX_FILE)
+    return ivf.index_metric(dict(head.schema.metadata or {}))[0] in ("IVF_FLAT", "IVF_PQ")
+
+
+async def _ivf(reader: IndexReader, index: Index, remap: RowRemap,
+               out: str) -> list[tuple[str, int]] | None:
+    if not await is_ivf_segment(reader, index):
+        return None  # another sub-index (HNSW...): left unremapped
+    storage = await reader.open(index, ivf.STORAGE_FILE)
+    meta = dict(storage.schema.metadata or {})
+    message = ivf.parse_ivf(await storage.read_global_buffer(ivf.buffer_number(meta)))
+    transposed = bool(ivf.storage_params(meta).get("transposed", False))
+    table, lengths = ivf.remap_storage(await reader.table(index, ivf.STORAGE_FILE),
+                                       np.asarray(message.lengths, dtype=np.int64),
+                                       remap.apply, transposed)
+    return await write_ivf_segment(reader, index, table, lengths, out)
 
 
 async def remap_indices(store: DatasetStore, snapshot: Snapshot, groups: Sequence[Group],

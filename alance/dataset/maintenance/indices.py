@@ -107,6 +107,18 @@ class IndexMethods:
             replace=replace, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
             num_bits=num_bits)
 
+    async def optimize_indices(self, *, index_names: list[str] | None = None,
+                               num_indices_to_merge: int | None = None,
+                               retrain: bool = False, **kwargs: Any) -> LanceDataset:
+        """Extend the indices over the fragments they do not cover (pylance's
+        ``optimize.optimize_indices``): ``num_indices_to_merge=0`` adds delta segments,
+        the default merges every segment into one; vector indices keep their centroids and
+        codebook unless ``retrain``. Returns the new version (this one if nothing changed)."""
+        from alance.dataset.maintenance.index_optimize import optimize_indices
+        return await optimize_indices(self, index_names=index_names,  # type: ignore[arg-type]
+                                      num_indices_to_merge=num_indices_to_merge,
+                                      retrain=retrain)
+
     async def drop_index(self, name: str) -> LanceDataset:
         """Remove index ``name`` (every segment); returns the new version."""
         from alance.dataset.maintenance.index_build import drop_index
