@@ -22,7 +22,9 @@ PARTS = 3
 #: Filters and the index alance's explain() names for them.
 FILTERS = [("id = 5", "id_idx(BTree)"), ("id = 11", "id_idx(BTree)"),
            ("id >= 590 and id < 640", "id_idx(BTree)"), ("id > 1190", "id_idx(BTree)"),
-           ("cat = 'c3'", "cat_idx(Bitmap)"), ("cat IN ('c1', 'c6')", "cat_idx(Bitmap)")]
+           ("cat = 'c3'", "cat_idx(Bitmap)"), ("cat IN ('c1', 'c6')", "cat_idx(Bitmap)"),
+           ("array_has_any(tags, ['t1'])", "tags_idx(LabelList)"),
+           ("array_has_all(tags, ['t2', 'u1'])", "tags_idx(LabelList)")]
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -33,7 +35,7 @@ def _table(n: int, start: int = 0) -> pa.Table:
     return pa.table({
         "id": ids,
         "cat": pa.array([f"c{i % 7}" for i in ids]),
-        "tags": pa.array([[f"t{i % 5}", f"u{i % 3}"] for i in ids]),
+        "tags": pa.array([None if i % 13 == 0 else [f"t{i % 5}", f"u{i % 3}"] for i in ids]),
         "vec": pa.FixedSizeListArray.from_arrays(
             pa.array(rng.random(n * 8).astype(np.float32)), 8),
     })
@@ -54,6 +56,17 @@ def _coverage(uri: str) -> dict[str, set[int]]:
     return {ix["name"]: set(ix["fragment_ids"]) for ix in lance.dataset(uri).list_indices()}
 
 
+def same_neighbours(got: pa.Table, want: pa.Table) -> None:
+    """The same distances, and the same rows except among equal distances (PQ estimates tie
+    often, and pylance does not order ties by row id); the last row only tells whether the
+    one before ties with a row left out."""
+    dist = want["_distance"].to_numpy()
+    np.testing.assert_allclose(got["_distance"].to_numpy(), dist, rtol=1e-4, atol=1e-6)
+    alone = [i for i in range(len(dist) - 1)
+             if np.sum(np.isclose(dist, dist[i], rtol=1e-6, atol=1e-7)) == 1]
+    assert [got["id"][i] for i in alone] == [want["id"][i] for i in alone]
+
+
 def _check_queries(ours: str, theirs: str) -> None:
     mine, pl, ref = al.dataset(ours), lance.dataset(ours), lance.dataset(theirs)
     for sql, index in FILTERS:
@@ -64,14 +77,11 @@ def _check_queries(ours: str, theirs: str) -> None:
         assert "ScalarIndexQuery" in pl.scanner(filter=sql).explain_plan(True), sql
     vectors = _table(N).column("vec").combine_chunks()
     for row in (1, 77, 555, 1001):
-        query = {"column": "vec", "q": vectors[row].values.to_numpy(), "k": 6,
+        query = {"column": "vec", "q": vectors[row].values.to_numpy(), "k": 7,
                  "nprobes": PARTS}
         want = ref.to_table(nearest=query, columns=["id"])
-        assert pl.to_table(nearest=query, columns=["id"])["id"].equals(want["id"])
-        got = mine.to_table(nearest=query, columns=["id"])
-        assert got["id"].to_pylist() == want["id"].to_pylist()
-        np.testing.assert_allclose(got["_distance"].to_numpy(), want["_distance"].to_numpy(),
-                                   rtol=1e-5)
+        same_neighbours(pl.to_table(nearest=query, columns=["id"]), want)
+        same_neighbours(mine.to_table(nearest=query, columns=["id"]), want)
         assert "ANNSubIndex: name=vec_idx" in mine.scanner(nearest=query).explain_plan()
         assert "ANNSubIndex" in pl.scanner(nearest=query).explain_plan()
 

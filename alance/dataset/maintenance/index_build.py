@@ -70,8 +70,12 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
               or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
               or pa.types.is_large_binary(t) or pa.types.is_temporal(t)
               or pa.types.is_decimal(t))
-    else:
-        ok = pa.types.is_list(t) or pa.types.is_large_list(t)
+    else:  # LABEL_LIST: lists of values a bitmap can key
+        item = t.value_type if pa.types.is_list(t) or pa.types.is_large_list(t) else None
+        ok = item is not None and (pa.types.is_integer(item) or pa.types.is_string(item)
+                                   or pa.types.is_large_string(item)
+                                   or pa.types.is_boolean(item) or pa.types.is_floating(item)
+                                   or pa.types.is_binary(item) or pa.types.is_temporal(item))
     if not ok:
         raise InvalidInputError(f"a {kind} index cannot be built on column {column!r} of type "
                                 f"{t}")
@@ -86,9 +90,10 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     """Write the files of a ``kind`` index over ``column`` (the rows of ``fragments``,
     default all); ``(name, size)`` of each."""
     # As pylance writes them (see alance.dataset.query.indices.reader.records_row_ids): BTREE
-    # pages hold row addresses; bitmaps hold stable row ids when the dataset has them.
-    values, ids = await read_column(ds, column, fragments, row_ids=kind == "BITMAP"
-                                    and uses_stable_row_ids(ds.manifest))
+    # pages hold row addresses; bitmaps (and label lists) hold stable row ids when the
+    # dataset has them.
+    values, ids = await read_column(ds, column, fragments, row_ids=kind in (
+        "BITMAP", "LABEL_LIST") and uses_stable_row_ids(ds.manifest))
     if kind == "BTREE":
         data, lookup = btree.build_tables(values, ids)
         return [(btree.DATA_FILE, await write_table(ds, f"{directory}/{btree.DATA_FILE}", data)),
@@ -97,6 +102,10 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     if kind == "BITMAP":
         table = bitmap.build_table(values, ids)
         return [(bitmap.FILE, await write_table(ds, f"{directory}/{bitmap.FILE}", table))]
+    if kind == "LABEL_LIST":
+        table, nulls = bitmap.build_label_list(values, ids)
+        path = f"{directory}/{bitmap.FILE}"
+        return [(bitmap.FILE, await write_index_file(ds._store, path, table, buffers=[nulls]))]
     if kind == "ZONEMAP":
         table, nulls = zonemap.build_table(values, ids)
         path = f"{directory}/{zonemap.FILE}"

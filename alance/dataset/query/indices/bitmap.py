@@ -1,9 +1,11 @@
-"""The BITMAP scalar index format (no IO).
+"""The BITMAP and LABEL_LIST scalar index formats (no IO).
 
 One file, ``bitmap_page_lookup.lance``: one row per distinct value, ``keys`` (the column's
 type; the null key first, then ascending) and ``bitmaps`` (``binary``: the rows holding that
 value as a serialized row-address map, :mod:`alance.dataset.query.indices.rowaddr`). Schema metadata
-``lance:index_stats`` is ``{"num_bitmaps": N}``.
+``lance:index_stats`` is ``{"num_bitmaps": N}``. A LABEL_LIST index of a list column is the
+same file over the lists' items (a row under every item its list holds), with
+``lance:label_list_nulls`` naming the global buffer that holds the rows whose list is null.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from alance.dataset.query.indices.btree import sort_for_index
 from alance.dataset.query.indices.rowaddr import (
@@ -48,14 +51,28 @@ def group_rows(values: pa.Array, ids: np.ndarray) -> tuple[pa.Array, list[np.nda
     return pa.concat_arrays([k.cast(values.type) for k in keys]), groups
 
 
-def build_table(values: pa.Array, ids: np.ndarray) -> pa.Table:
-    """The bitmap file's table for the rows ``(values, ids)``."""
+def build_table(values: pa.Array, ids: np.ndarray,
+                metadata: Mapping[str, str] | None = None) -> pa.Table:
+    """The bitmap file's table for the rows ``(values, ids)`` (schema ``metadata`` added)."""
     keys, groups = group_rows(values, ids)
     bitmaps = [encode_row_addr_map(map_of_addresses(g)) for g in groups]
+    meta = {**(metadata or {}),
+            STATS_KEY: json.dumps({"num_bitmaps": len(groups)}, separators=(",", ":"))}
     schema = pa.schema([pa.field("keys", values.type), pa.field("bitmaps", pa.binary())],
-                       metadata={STATS_KEY: json.dumps({"num_bitmaps": len(groups)},
-                                                       separators=(",", ":"))})
+                       metadata=meta)
     return pa.table({"keys": keys, "bitmaps": pa.array(bitmaps, pa.binary())}, schema=schema)
+
+
+def build_label_list(lists: pa.Array, ids: np.ndarray) -> tuple[pa.Table, bytes]:
+    """A LABEL_LIST index of list rows ``(lists, ids)``: the bitmap table of the lists'
+    items (a key per distinct item, null items under the null key, each row once per key)
+    and the global buffer of the rows whose list is null (``label_list_nulls``)."""
+    ids = np.asarray(ids, dtype=np.uint64)
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    items = pc.list_flatten(lists)
+    table = build_table(items, ids[parents.astype(np.int64)], {LABEL_LIST_NULLS: "1"})
+    null_lists = np.asarray(lists.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return table, encode_row_addr_map(map_of_addresses(ids[null_lists]))
 
 
 Remap = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
