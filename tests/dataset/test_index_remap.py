@@ -5,6 +5,7 @@ the new fragments; with stable row ids the others just move their fragment bitma
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import lance
@@ -196,3 +197,42 @@ def test_transposed_codes_relaid_per_partition() -> None:
     flat = np.asarray(out["__pq_code"].combine_chunks().values)
     assert flat[:4].reshape(2, 2).T.tolist() == [[1, 2], [5, 6]]
     assert flat[4:].reshape(2, 2).T.tolist() == [[7, 8], [9, 10]]
+
+
+async def test_failed_compaction_leaves_no_index_files(tmp_path: Path) -> None:
+    uri = str(tmp_path / "a.lance")
+    lance.write_dataset(_table(N), uri, max_rows_per_file=300)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=PARTS)
+    ds = await alance.open_dataset(uri)
+
+    def index_files() -> set[str]:
+        return {str(p.relative_to(uri)) for p in Path(uri, "_indices").rglob("*")
+                if p.is_file()}
+
+    before = index_files()
+    lance.dataset(uri).delete("id = 17")  # a fragment the compaction rewrites
+    with pytest.raises(alance.RetryableCommitConflictError):
+        await ds.compact_files(target_rows_per_fragment=5000)
+    assert index_files() == before
+
+
+def test_rewritten_indices_in_manual_transactions(tmp_path: Path) -> None:
+    from alance.dataset.commit.operations import to_wire
+
+    uri = str(tmp_path / "a.lance")
+    lance.write_dataset(_table(600), uri, max_rows_per_file=150)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).optimize.compact_files()
+    ds = al.dataset(uri)
+    op = ds.read_transaction(ds.version).operation
+    (rewritten,) = op.rewritten_indices
+    assert rewritten.new_id == lance.dataset(uri).list_indices()[0]["uuid"]
+    assert rewritten.new_details_type_url == "/lance.table.BTreeIndexDetails"
+    wire = to_wire(op, ds.version - 1, None, 0)
+    (proto,) = wire.rewrite.rewritten_indices
+    assert str(uuid.UUID(bytes=proto.new_id.uuid)) == rewritten.new_id
+    assert proto.new_index_details.type_url == rewritten.new_details_type_url
+    with pytest.raises(alance.InvalidInputError):
+        to_wire(al.LanceOperation.Rewrite([], [al.LanceOperation.RewrittenIndex("x", "y")]),
+                1, None, 0)
