@@ -113,6 +113,8 @@ async def test_names_and_nothing_to_do(tmp_path: Path) -> None:
         await ds.optimize_indices(index_names=["nope"])
     with pytest.raises(alance.InvalidInputError):
         await ds.optimize_indices(num_indices_to_merge=-1)
+    with pytest.raises(alance.InvalidInputError):
+        await ds.optimize_indices(num_indices_to_merg=0)
     ds = await ds.optimize.optimize_indices(index_names=["id_idx"], num_indices_to_merge=0)
     assert len(_segments(uri)["id_idx"]) == 2 and len(_segments(uri)["cat_idx"]) == 1
     assert (await ds.index_statistics("cat_idx"))["num_unindexed_rows"] == 300
