@@ -104,10 +104,10 @@ async def write_ivf_segment(reader: IndexReader, index: Index, table: pa.Table,
     size = await write_index_file(
         store, f"{out}/{ivf.STORAGE_FILE}", table.replace_schema_metadata(None),
         metadata={k.decode(): v.decode() for k, v in meta.items()}, buffers=buffers)
-    head = await reader.open(index, ivf.INDEX_FILE)
-    await store.copy(head._name, f"{out}/{ivf.INDEX_FILE}")
-    return [(ivf.STORAGE_FILE, size),
-            (ivf.INDEX_FILE, int((await store.head(f"{out}/{ivf.INDEX_FILE}")).size))]
+    head = await reader.open(index, ivf.INDEX_FILE)  # (maybe under another base path)
+    data = await head._store.get(head._name)
+    await store.put(f"{out}/{ivf.INDEX_FILE}", data)
+    return [(ivf.STORAGE_FILE, size), (ivf.INDEX_FILE, len(data))]
 
 
 async def is_ivf_segment(reader: IndexReader, index: Index) -> bool:
@@ -130,6 +130,11 @@ async def _ivf(reader: IndexReader, index: Index, remap: RowRemap,
     return await write_ivf_segment(reader, index, table, lengths, out)
 
 
+#: Index type URL -> how its files are remapped, and their names (vector indices: _ivf).
+_JOBS = {BTREE_URL: (_btree, (btree.DATA_FILE, btree.LOOKUP_FILE)),
+         BITMAP_URL: (_bitmap, (bitmap.FILE,)), LABEL_LIST_URL: (_bitmap, (bitmap.FILE,))}
+
+
 async def remap_indices(store: DatasetStore, snapshot: Snapshot, groups: Sequence[Group],
                         written: WrittenFiles) -> list[RewrittenIndex]:
     """Write remapped copies of the indices of ``snapshot`` that hold addresses of the
@@ -148,20 +153,10 @@ async def remap_indices(store: DatasetStore, snapshot: Snapshot, groups: Sequenc
         change = RewrittenIndex()
         change.old_id.CopyFrom(index.uuid)
         change.new_id.uuid = _uuid.uuid4().bytes
-        shadow = Index(uuid=change.new_id)
-        directory = index_dir(shadow)
-        url = type_url(index)
-        if url == BTREE_URL:
-            job = _btree
-        elif url in (BITMAP_URL, LABEL_LIST_URL):
-            job = _bitmap
-        else:
-            job = _ivf
-        names = [f"{directory}/{n}" for n in (
-            (btree.DATA_FILE, btree.LOOKUP_FILE) if job is _btree
-            else (bitmap.FILE,) if job is _bitmap else (ivf.STORAGE_FILE, ivf.INDEX_FILE))]
+        directory = index_dir(Index(uuid=change.new_id))
+        job, names = _JOBS.get(type_url(index), (_ivf, (ivf.STORAGE_FILE, ivf.INDEX_FILE)))
         for name in names:
-            written.add(name)
+            written.add(f"{directory}/{name}")
         files = await job(reader, index, remap, directory)
         if files is None:
             continue
