@@ -237,6 +237,7 @@ class Transaction(_message.Message):
             NEW_ID_FIELD_NUMBER: _builtins.int
             NEW_INDEX_DETAILS_FIELD_NUMBER: _builtins.int
             NEW_INDEX_VERSION_FIELD_NUMBER: _builtins.int
+            NEW_INDEX_FILES_FIELD_NUMBER: _builtins.int
             new_index_version: _builtins.int
             @_builtins.property
             def old_id(self) -> _table_pb2.UUID: ...
@@ -244,6 +245,10 @@ class Transaction(_message.Message):
             def new_id(self) -> _table_pb2.UUID: ...
             @_builtins.property
             def new_index_details(self) -> _any_pb2.Any: ...
+            @_builtins.property
+            def new_index_files(self) -> _containers.RepeatedCompositeFieldContainer[_table_pb2.IndexFile]:
+                """Files of the rewritten index (pylance 14 writes them; the manifest lists them)."""
+
             def __init__(
                 self,
                 *,
@@ -251,10 +256,11 @@ class Transaction(_message.Message):
                 new_id: _table_pb2.UUID | None = ...,
                 new_index_details: _any_pb2.Any | None = ...,
                 new_index_version: _builtins.int = ...,
+                new_index_files: _abc.Iterable[_table_pb2.IndexFile] | None = ...,
             ) -> None: ...
             _HasFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "old_id", b"old_id"]  # noqa: Y015
             def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-            _ClearFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "new_index_version", b"new_index_version", "old_id", b"old_id"]  # noqa: Y015
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["new_id", b"new_id", "new_index_details", b"new_index_details", "new_index_files", b"new_index_files", "new_index_version", b"new_index_version", "old_id", b"old_id"]  # noqa: Y015
             def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
             def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -40,7 +40,8 @@ _REPR_VALUES = 8
 
 @dataclass(frozen=True, repr=False)
 class RangeTest:
-    """``column <op> values``; ops: eq, lt, le, gt, ge, in, is_null, not_null."""
+    """``column <op> values``; ops: eq, lt, le, gt, ge, in, is_null, not_null, and for list
+    columns has_any / has_all (of the list's items)."""
 
     column: str
     op: str
@@ -90,13 +91,23 @@ def _prunable_type(t: pa.DataType) -> bool:
             or pa.types.is_large_binary(t))
 
 
+#: List membership functions (DataFusion's names) -> the test they make.
+_MEMBERSHIP = {"array_has_any": "has_any", "list_has_any": "has_any",
+               "array_has_all": "has_all", "list_has_all": "has_all",
+               "array_contains": "has_any", "list_contains": "has_any",
+               "array_has": "has_any", "list_has": "has_any"}
+
+
 class _Builder:
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, list_tests: bool = False) -> None:
         self.schema = schema
+        self.list_tests = list_tests
         self._one_row = pa.table({"__alance": pa.array([0], pa.int8())})
         self._literals = Compiler(schema, ())  # reads literals exactly as filters do
 
-    def column(self, node: exp.Expression) -> pa.Field | None:
+    def column(self, node: exp.Expression, *, lists: bool = False) -> pa.Field | None:
+        """The top-level column ``node`` names (a list column with ``lists``, else one of a
+        type page bounds order)."""
         node = unparen(node)
         if not isinstance(node, exp.Column) or node.table:
             return None
@@ -111,6 +122,9 @@ class _Builder:
             field = matches[0]
         else:
             return None
+        if lists:
+            return field if pa.types.is_list(field.type) or pa.types.is_large_list(
+                field.type) else None
         return field if _prunable_type(field.type) else None
 
     def literal(self, node: exp.Expression, target: pa.DataType) -> pa.Scalar | None:
@@ -193,7 +207,33 @@ class _Builder:
             if isinstance(inner, exp.Is) and isinstance(unparen(inner.expression), exp.Null):
                 field = self.column(inner.this)
                 return UNKNOWN if field is None else RangeTest(field.name, "not_null")
+        if self.list_tests:
+            return self._membership(node)
         return UNKNOWN
+
+    def _membership(self, node: exp.Expression) -> BoundPredicate:
+        """``array_has_any(col, [...])`` / ``array_has_all`` / ``array_contains(col, v)``:
+        a ``has_any`` / ``has_all`` test of a list column's items."""
+        if isinstance(node, exp.ArrayContains):
+            name, args = "array_contains", [node.this, node.expression]
+        elif isinstance(node, exp.ArrayContainsAll):
+            name, args = "array_has_all", [node.this, node.expression]
+        elif isinstance(node, exp.Anonymous):
+            name, args = str(node.this).lower(), list(node.expressions)
+        else:
+            return UNKNOWN
+        op = _MEMBERSHIP.get(name)
+        field = self.column(args[0], lists=True) if op and len(args) == 2 else None
+        if field is None or op is None:
+            return UNKNOWN
+        given = unparen(args[1])
+        items = given.expressions if isinstance(given, exp.Array) else [given]
+        if isinstance(given, exp.Array) == name.endswith(("contains", "has")) or not items:
+            return UNKNOWN
+        values = [self.literal(i, field.type.value_type) for i in items]
+        if any(v is None for v in values):
+            return UNKNOWN
+        return RangeTest(field.name, op, tuple(v for v in values if v is not None))
 
     def _in_literals(self, field: pa.Field, literals: LiteralList) -> BoundPredicate:
         """``column IN (literals)`` for a long list read without sqlglot (vectorised; the
@@ -245,24 +285,27 @@ def _test(field: pa.Field, op: str, value: pa.Scalar) -> BoundPredicate:
     return RangeTest(field.name, op, (value,))
 
 
-def bound_predicate(sql: str, schema: pa.Schema) -> BoundPredicate:
-    """The range tests of ``sql`` over ``schema`` (see the module docstring).
+def bound_predicate(sql: str, schema: pa.Schema, *, list_tests: bool = False,
+                    ) -> BoundPredicate:
+    """The range tests of ``sql`` over ``schema`` (see the module docstring). With
+    ``list_tests``, list membership functions become ``has_any`` / ``has_all`` tests of a
+    list column's items (for label-list indices; page bounds cannot answer them).
 
     The filter must already compile (this does not report errors: anything unusual is
     UNKNOWN). Short filters are remembered (a service repeats its filters).
     """
     if len(sql) <= _CACHED_SQL_CHARS:
-        return _bound_cached(sql, schema)
-    return _bound(sql, schema)
+        return _bound_cached(sql, schema, list_tests)
+    return _bound(sql, schema, list_tests)
 
 
 #: Filters up to this long are remembered by :func:`bound_predicate`.
 _CACHED_SQL_CHARS = 4096
 
 
-def _bound(sql: str, schema: pa.Schema) -> BoundPredicate:
+def _bound(sql: str, schema: pa.Schema, list_tests: bool = False) -> BoundPredicate:
     try:
-        return _Builder(schema).build(parse_filter(sql, literal_lists=True))
+        return _Builder(schema, list_tests).build(parse_filter(sql, literal_lists=True))
     except InvalidInputError:
         return UNKNOWN
 

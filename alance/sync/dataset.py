@@ -402,6 +402,7 @@ class LanceDataset(Twin, of=_A):
     create_scalar_index = blocking(_A.create_scalar_index, returns=_moves)
     create_index = blocking(_A.create_index, returns=_moves)
     drop_index = blocking(_A.drop_index, returns=_moves)
+    optimize_indices = blocking(_A.optimize_indices, returns=_moves)
     compact_files = blocking(_A.compact_files, returns=_moves_result)
     cleanup_old_versions = blocking(_A.cleanup_old_versions)
 
@@ -443,6 +444,8 @@ class DatasetOptimizer(Twin):
 
     compact_files = blocking(_stats.DatasetOptimizer.compact_files,
                              returns=lambda self, r: self._moves(r))
+    optimize_indices = blocking(_stats.DatasetOptimizer.optimize_indices,
+                                returns=lambda self, r: self._moves(r))
     enable_auto_cleanup = blocking(_stats.DatasetOptimizer.enable_auto_cleanup,
                                    returns=lambda self, r: self._moves(r))
     disable_auto_cleanup = blocking(_stats.DatasetOptimizer.disable_auto_cleanup,

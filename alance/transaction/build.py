@@ -235,15 +235,17 @@ def _overwrite_rows(step: _Step) -> None:
 def _rewrite_rows(step: _Step) -> None:
     step.fragments, groups = _rewrite(step.fragments, step.txn, step.ids,
                                       step.manifest.version - 1)
-    ix.apply_rewrite(step.indices, list(step.txn.rewrite.rewritten_indices), groups)
+    ix.apply_rewrite(step.indices, list(step.txn.rewrite.rewritten_indices), groups,
+                     stable_row_ids=bool(step.manifest.reader_feature_flags
+                                         & FeatureFlag.STABLE_ROW_IDS))
 
 
 def _create_index_rows(step: _Step) -> None:
+    # As pylance 14: existing indices are removed by uuid only, so a new segment of an index
+    # (a delta) joins the segments of that name.
     ci = step.txn.create_index
-    names = {i.name for i in ci.new_indices}
-    removed = {i.uuid.uuid for i in ci.removed_indices}
-    step.indices = [i for i in step.indices
-                    if i.name not in names and i.uuid.uuid not in removed]
+    removed = {i.uuid.uuid for i in ci.removed_indices} | {i.uuid.uuid for i in ci.new_indices}
+    step.indices = [i for i in step.indices if i.uuid.uuid not in removed]
     step.indices += [_copy_index(i) for i in ci.new_indices]
 
 

@@ -235,6 +235,9 @@ class RebaseState:
             return Outcome.COMPATIBLE, ""
         # create_index
         new = list(other.create_index.new_indices)
+        remapped = {r.old_id.uuid for r in self.txn.rewrite.rewritten_indices}
+        if remapped & {i.uuid.uuid for i in other.create_index.removed_indices}:
+            return Outcome.RETRYABLE, "it replaced an index we remapped"
         if any(i.name == FRAG_REUSE_INDEX_NAME for i in new):
             if len(new) != 1 or len(other.create_index.removed_indices) != 1:
                 return Outcome.INCOMPATIBLE, "unexpected fragment reuse index change"

@@ -1,7 +1,7 @@
 """Keeping index metadata right when a transaction changes fragments or the schema.
 
-alance does not build or read indices, but it must carry the ones pylance wrote through its own
-commits the way Lance does, so that pylance keeps using them correctly:
+Whoever built an index, alance's commits must carry it the way Lance does, so that both
+engines keep using it correctly:
 
 * an index's ``fragment_bitmap`` (a serialized roaring bitmap of fragment ids) says which
   fragments it covers. Lance treats it as immutable history: deleting a fragment does not
@@ -9,7 +9,8 @@ commits the way Lance does, so that pylance keeps using them correctly:
 * indices on columns that left the schema are dropped;
 * among indices sharing a name, the ones covering no existing fragment are dropped (an empty
   scalar index is kept only when all of that name are empty: the oldest one);
-* a rewrite (compaction) moves covered fragment ids to the new fragments;
+* a rewrite (compaction) moves covered fragment ids to the new fragments (of the indices it
+  rewrote, and with stable row ids of every index holding row ids);
 * an update that changed a column's values in place un-covers those fragments in indices on
   that column.
 """
@@ -118,11 +119,24 @@ def _moved(bitmap: pyroaring.BitMap,
     return out
 
 
+def _holds_addresses(index: Index) -> bool:
+    """With stable row ids, BTREE indices of ``index_version`` 1 hold row addresses."""
+    return (index.index_details.type_url == "/lance.table.BTreeIndexDetails"
+            and index.index_version >= 1)
+
+
+#: Indices that record zones of fragments (not rows): a rewrite cannot carry them over.
+ZONE_INDEX_URLS = ("/lance.table.ZoneMapIndexDetails", "/lance.table.BloomFilterIndexDetails")
+
+
 def apply_rewrite(indices: Sequence[Index],
                   rewritten: Sequence[transaction_pb2.Transaction.Rewrite.RewrittenIndex],
                   groups: Sequence[tuple[Sequence[table_pb2.DataFragment],
-                                         Sequence[table_pb2.DataFragment]]]) -> None:
-    """Point rewritten indices (new uuid) at the fragments the rewrite produced."""
+                                         Sequence[table_pb2.DataFragment]]],
+                  *, stable_row_ids: bool = False) -> None:
+    """Point rewritten indices (new uuid, files, details) at the fragments the rewrite
+    produced. With stable row ids the other indices hold row ids, which a rewrite keeps: their
+    bitmaps move too, except zone indices', which lose the rewritten fragments (as pylance 14)."""
     seen: set[bytes] = set()
     for change in rewritten:
         old_id = change.old_id.uuid
@@ -137,3 +151,20 @@ def apply_rewrite(indices: Sequence[Index],
             raise InvalidInputError(f"index {target.name!r} has no fragment bitmap to rewrite")
         write_bitmap(target, _moved(bitmap, groups))
         target.uuid.CopyFrom(change.new_id)
+        if change.HasField("new_index_details"):
+            target.index_details.CopyFrom(change.new_index_details)
+            target.index_version = change.new_index_version
+        del target.files[:]
+        target.files.extend(change.new_index_files)
+    if not stable_row_ids:
+        return
+    old_ids = {f.id for old, _ in groups for f in old}
+    for ix in indices:
+        bitmap = read_bitmap(ix)
+        if (ix.uuid.uuid in seen or is_system_index(ix) or bitmap is None
+                or _holds_addresses(ix)):
+            continue  # (an address-holding index not rewritten keeps its old fragments)
+        if ix.index_details.type_url in ZONE_INDEX_URLS:
+            write_bitmap(ix, bitmap - pyroaring.BitMap(old_ids))
+        else:
+            write_bitmap(ix, _moved(bitmap, groups))

@@ -141,9 +141,12 @@ async def test_indices_carried_and_pruned(uri: str) -> None:
     mf = build(ds, new_update(ds.version, updated_fragments=[upd], fields_modified=[0],
                               rewrite_columns=True))
     assert set(read_bitmap(mf.indices[0]) or []) == {0, 2}
-    # create_index replaces by name, removes by uuid
+    # create_index removes by uuid only (as pylance 14): a new segment joins its name's
     replacement = index_meta("on_id", [0], [1])
     mf = build(ds, new_create_index(ds.version, [replacement], [base.indices[1]]))
+    assert [(ix.name, ix.uuid.uuid) for ix in mf.indices] == [
+        ("on_id", base.indices[0].uuid.uuid), ("on_id", replacement.uuid.uuid)]
+    mf = build(ds, new_create_index(ds.version, [replacement], base.indices))
     assert [(ix.name, ix.uuid.uuid) for ix in mf.indices] == [("on_id", replacement.uuid.uuid)]
 
 

@@ -134,13 +134,17 @@ async def test_index_boundaries_and_pylance_queries(tmp_path: Path) -> None:
     lance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=300)
     # indexed and unindexed fragments are never merged together, as in pylance
     assert layout(ours) == layout(theirs) == [(8, 300), (9, 300), (10, 100)]
-    # alance cannot remap index files: the index keeps its old coverage and the rewritten
-    # fragments are unindexed; pylance still answers correctly through it
+    # the index is remapped onto the new fragments, as pylance remaps it
     pl = lance.dataset(ours)
-    assert pl.list_indices()[0]["fragment_ids"] == set(range(6))
+    assert pl.list_indices()[0]["fragment_ids"] == set(
+        lance.dataset(theirs).list_indices()[0]["fragment_ids"]) == {8, 9}
+    mine = await alance.open_dataset(ours)
     for probe in ("id = 55", "id >= 290 and id < 310", "id = 650", "id > 10000"):
         want = lance.dataset(theirs).to_table(filter=probe).sort_by("id")
         assert pl.to_table(filter=probe).sort_by("id").equals(want), probe
+        assert (await mine.to_table(filter=probe)).sort_by("id").equals(want), probe
+        assert "id_idx" in pl.scanner(filter=probe).explain_plan(True)
+        assert "@id_idx(BTree)" in mine.scanner(filter=probe).explain()
     pl.optimize.optimize_indices()
     assert lance.dataset(ours).to_table(filter="id = 55")["id"].to_pylist() == [55]
 
@@ -236,13 +240,18 @@ async def test_stable_row_ids_and_versions_kept(tmp_path: Path) -> None:
     got = await result.dataset.to_table(with_row_id=True)
     assert got["_rowid"].to_pylist() == lance.dataset(ours).to_table(
         with_row_id=True)["_rowid"].to_pylist()
-    # pylance 14 indices hold row addresses (it remaps them even here); alance cannot, so
-    # the index keeps its old coverage and queries scan the rewritten rows
-    assert lance.dataset(ours).list_indices()[0]["fragment_ids"] == set(range(8))
+    # pylance 14 BTREE indices hold row addresses (it remaps them even here), and so does
+    # alance: the index covers the new fragments in both
+    assert lance.dataset(ours).list_indices()[0]["fragment_ids"] == set(
+        lance.dataset(theirs).list_indices()[0]["fragment_ids"])
+    mine = await alance.open_dataset(ours)
     for probe in ("id = 14", "id = 15", "id < 100", "id >= 50 and id < 210"):
         want = lance.dataset(theirs).to_table(filter=probe, with_row_id=True).sort_by("_rowid")
         assert lance.dataset(ours).to_table(filter=probe, with_row_id=True).sort_by(
             "_rowid").equals(want), probe
+        assert (await mine.to_table(filter=probe, with_row_id=True)).sort_by(
+            "_rowid").equals(want), probe
+        assert "id_idx" in lance.dataset(ours).scanner(filter=probe).explain_plan(True)
     assert lance.dataset(ours).to_table(filter="id = 14")["s"].to_pylist() == ["changed"]
     # appends after the compaction continue the row ids
     lance.write_dataset(table(1000, 3), ours, mode="append")

@@ -218,12 +218,10 @@ class LanceOperation:
 
         def _to_txn(self, read_version: int, base: LanceSchema | None,
                     max_field_id: int) -> transaction_pb2.Transaction:
-            if self.rewritten_indices:
-                raise UnsupportedFeatureError("Rewrite with rewritten_indices is not "
-                                              "supported yet")
             groups = [(_protos(g.old_fragments), _protos(g.new_fragments))
                       for g in self.groups]
-            return ops.new_rewrite(read_version, groups)
+            return ops.new_rewrite(read_version, groups,
+                                   [_rewritten_proto(r) for r in self.rewritten_indices])
 
     @dataclass
     class CreateIndex(BaseOperation):
@@ -375,7 +373,12 @@ def _operation_of(txn: transaction_pb2.Transaction, schema_of: Any,
         return LanceOperation.Project(schema_of(txn.project.schema))
     if kind == "rewrite":
         return LanceOperation.Rewrite([LanceOperation.RewriteGroup(
-            _metas(g.old_fragments), _metas(g.new_fragments)) for g in txn.rewrite.groups])
+            _metas(g.old_fragments), _metas(g.new_fragments)) for g in txn.rewrite.groups],
+            [LanceOperation.RewrittenIndex(
+                str(uuidlib.UUID(bytes=bytes(r.old_id.uuid))),
+                str(uuidlib.UUID(bytes=bytes(r.new_id.uuid))),
+                r.new_index_details.type_url, bytes(r.new_index_details.value),
+                int(r.new_index_version)) for r in txn.rewrite.rewritten_indices])
     if kind == "data_replacement":
         return LanceOperation.DataReplacement([LanceOperation.DataReplacementGroup(
             r.fragment_id, DataFile.from_proto(r.new_file))
@@ -401,3 +404,19 @@ def from_wire(txn: transaction_pb2.Transaction) -> Transaction:
         return LanceSchema.from_protos(fields)
     return Transaction(txn.read_version, _operation_of(txn, schema_of), txn.uuid,
                        dict(txn.transaction_properties))
+
+
+def _rewritten_proto(index: LanceOperation.RewrittenIndex,
+                     ) -> transaction_pb2.Transaction.Rewrite.RewrittenIndex:
+    """A rewritten index as the transaction stores it (uuids given as text)."""
+    out = transaction_pb2.Transaction.Rewrite.RewrittenIndex()
+    try:
+        out.old_id.uuid = uuidlib.UUID(str(index.old_id)).bytes
+        out.new_id.uuid = uuidlib.UUID(str(index.new_id)).bytes
+    except ValueError as exc:
+        raise InvalidInputError(f"RewrittenIndex: not a uuid: {exc}") from exc
+    if index.new_details_type_url:
+        out.new_index_details.type_url = index.new_details_type_url
+        out.new_index_details.value = index.new_details_value
+    out.new_index_version = int(index.new_index_version)
+    return out

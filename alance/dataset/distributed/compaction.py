@@ -20,7 +20,7 @@ from typing import Any
 from alance._proto import table_pb2
 from alance.commit.registry import commit_handler_for
 from alance.dataset.api import LanceDataset
-from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES, commit_transaction
+from alance.dataset.commit.loop import DEFAULT_MAX_RETRIES
 from alance.dataset.distributed.job import Job
 from alance.dataset.distributed.staging import (
     discard,
@@ -31,7 +31,12 @@ from alance.dataset.distributed.staging import (
 from alance.dataset.dml.results import check_writable
 from alance.dataset.fragments.read import ReadContext
 from alance.dataset.fragments.write import delete_fragment_files, removed_on_failure
-from alance.dataset.maintenance.compaction import external_files, reserve_fragment_ids, rewrite_task
+from alance.dataset.maintenance.compaction import (
+    commit_rewrite,
+    external_files,
+    reserve_fragment_ids,
+    rewrite_task,
+)
 from alance.dataset.maintenance.compaction_plan import (
     CompactionOptions,
     CompactionTask,
@@ -42,7 +47,6 @@ from alance.errors import InvalidInputError
 from alance.format.manifest import DATA_DIR
 from alance.io.store import DatasetStore
 from alance.io.uri import open_store
-from alance.transaction.operations import new_rewrite
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,8 @@ class DistributedCompaction(Job):
         new = {i: p.fragment_protos() for i, p in by_index.items()}
         done = sorted(by_index)
         written = [f for i in done for f in new[i]]
-        async with self._committing(store), removed_on_failure(store, written,
-                                                              external_files(written)):
+        extra = external_files(written)
+        async with self._committing(store), removed_on_failure(store, written, extra):
             ids = iter(await reserve_fragment_ids(store, handler, self.snapshot,
                                                   len(written), max_retries)
                        if written else [])
@@ -123,10 +127,8 @@ class DistributedCompaction(Job):
                 for frag in new[i]:
                     frag.id = next(ids)
                 groups.append((self._group(i), new[i]))
-            snap = await commit_transaction(
-                store, handler, self.snapshot, new_rewrite(self.snapshot.version, groups),
-                data_storage_version=self.snapshot.data_storage_version,
-                max_retries=max_retries)
+            snap = await commit_rewrite(store, handler, self.snapshot, groups, extra,
+                                        max_retries)
         keep = referenced_files(snap.fragments) | await _sidecar_files(store, written)
         await self._finish(store, keep)
         return LanceDataset(store, handler, snap)

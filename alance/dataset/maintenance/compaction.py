@@ -9,12 +9,12 @@ that many read chunks and file writers. Then fragment ids are reserved for every
 (a ReserveFragments commit, as Lance does) and one Rewrite transaction replaces each task's old
 fragments by its new ones.
 
-Indices: the rows of rewritten fragments get new addresses, and pylance 14 indices refer to
-rows by address (pylance remaps them even on tables with stable row ids). alance does not
-rewrite index files, so an index is left as it is: it keeps covering the old fragment ids
-(which no longer exist) and the new fragments are *unindexed* until the index is rebuilt or
-optimised -- what Lance does with an index it cannot remap. Queries stay correct; pylance
-scans the unindexed fragments.
+Indices: the rows of rewritten fragments get new addresses. Indices holding addresses of them
+(BTREE, BITMAP, LABEL_LIST, IVF_FLAT, IVF_PQ) are copied with the addresses remapped and listed
+in the Rewrite as rewritten indices, so they cover the new fragments, as pylance 14 does
+(:mod:`alance.dataset.maintenance.index_remap`); indices holding stable row ids just move
+their fragment bitmaps. Kinds alance cannot remap keep their old coverage: the new fragments
+are unindexed until the index is rebuilt or optimised (queries stay correct).
 
 Blob columns are read as their descriptors and their bytes fetched slice by slice as the
 rows are written (:mod:`alance.dataset.fragments.blob_rewrite`), so the new files hold the same blob
@@ -52,6 +52,8 @@ from alance.dataset.maintenance.compaction_plan import (
     plan_compaction,
     plan_tasks,
 )
+from alance.dataset.maintenance.index_remap import remap_indices
+from alance.dataset.maintenance.row_remap import Group
 from alance.dataset.query.row_ids import fragment_lineage, uses_stable_row_ids
 from alance.dataset.versions.snapshot import Snapshot
 from alance.errors import CorruptFileError
@@ -73,7 +75,7 @@ INLINE_ALWAYS = 1 << 62
 Progress = Callable[[int, int], None]
 
 __all__ = ["CompactionMetrics", "CompactionOptions", "CompactionPlan", "CompactionResult",
-           "CompactionTask", "compact_files", "external_files", "output_sizes",
+           "CompactionTask", "commit_rewrite", "compact_files", "external_files", "output_sizes",
            "plan_compaction", "plan_tasks", "reserve_fragment_ids", "rewrite_task"]
 async def _live_batches(ctx: ReadContext, fragments: Sequence[Fragment], chunk_rows: int,
                         progress: Callable[[int], None]) -> AsyncIterator[pa.RecordBatch]:
@@ -238,6 +240,18 @@ async def reserve_fragment_ids(store: DatasetStore, handler: CommitHandler, base
     return list(range(top - count + 1, top + 1))
 
 
+async def commit_rewrite(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
+                         groups: Sequence[Group], written: WrittenFiles,
+                         max_retries: int) -> Snapshot:
+    """Remap the indices over the rewritten rows (:mod:`.index_remap`; new index files are
+    added to ``written``) and commit one Rewrite of ``groups`` (new fragments with ids)."""
+    rewritten = await remap_indices(store, snapshot, groups, written)
+    txn = new_rewrite(snapshot.version, groups, rewritten)
+    return await commit_transaction(store, handler, snapshot, txn,
+                                    data_storage_version=snapshot.data_storage_version,
+                                    max_retries=max_retries)
+
+
 async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                         options: CompactionOptions, *, progress: Progress | None = None,
                         max_retries: int = DEFAULT_MAX_RETRIES,
@@ -283,7 +297,8 @@ async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: S
         await delete_fragment_files(store, done_frags)
         raise
     written = [f for r in results if r for f in r]
-    async with removed_on_failure(store, written, external_files(written)):
+    extra = external_files(written)
+    async with removed_on_failure(store, written, extra):
         ids = iter(await reserve_fragment_ids(store, handler, snapshot, len(written),
                                               max_retries) if written else [])
         groups = []
@@ -292,9 +307,6 @@ async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: S
             for frag in new:
                 frag.id = next(ids)
             groups.append((task.fragments, new))
-        txn = new_rewrite(snapshot.version, groups)
-        snap = await commit_transaction(store, handler, snapshot, txn,
-                                        data_storage_version=snapshot.data_storage_version,
-                                        max_retries=max_retries)
+        snap = await commit_rewrite(store, handler, snapshot, groups, extra, max_retries)
     old = [f for t in plan.tasks for f in t.fragments]
     return snap, CompactionMetrics(len(old), len(written), _files(old), _files(written))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as _uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import pyroaring
 
 from alance._proto import table_pb2
 from alance.dataset.commit.loop import commit_transaction
+from alance.dataset.maintenance.index_files import write_index_file
 from alance.dataset.query.indices import bitmap, btree, zonemap
 from alance.dataset.query.indices.describe import user_indices
 from alance.dataset.query.indices.types import SCALAR_KINDS, index_dir, scalar_kind
@@ -30,7 +31,6 @@ from alance.errors import (
     InvalidInputError,
     UnsupportedFeatureError,
 )
-from alance.file import LanceFileWriter
 from alance.transaction.indices import write_bitmap
 from alance.transaction.operations import new_create_index
 
@@ -56,13 +56,7 @@ async def read_column(ds: LanceDataset, column: str,
 
 async def write_table(ds: LanceDataset, path: str, table: pa.Table) -> int:
     """Write one index file; returns its size in bytes."""
-    writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store, _name=path)
-    for batch in table.to_batches(max_chunksize=65536):
-        await writer.write_batch(batch)
-    if table.num_rows == 0:
-        await writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
-    await writer.close()
-    return int((await ds._store.head(path)).size)
+    return await write_index_file(ds._store, path, table)
 
 
 def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMetadata:
@@ -76,8 +70,12 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
               or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
               or pa.types.is_large_binary(t) or pa.types.is_temporal(t)
               or pa.types.is_decimal(t))
-    else:
-        ok = pa.types.is_list(t) or pa.types.is_large_list(t)
+    else:  # LABEL_LIST: lists of values a bitmap can key
+        item = t.value_type if pa.types.is_list(t) or pa.types.is_large_list(t) else None
+        ok = item is not None and (pa.types.is_integer(item) or pa.types.is_string(item)
+                                   or pa.types.is_large_string(item)
+                                   or pa.types.is_boolean(item) or pa.types.is_floating(item)
+                                   or pa.types.is_binary(item) or pa.types.is_temporal(item))
     if not ok:
         raise InvalidInputError(f"a {kind} index cannot be built on column {column!r} of type "
                                 f"{t}")
@@ -87,12 +85,15 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
 
 
 async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
+                      fragments: Sequence[table_pb2.DataFragment] | None = None,
                       ) -> list[tuple[str, int]]:
-    """Write the files of a ``kind`` index over ``column``; ``(name, size)`` of each."""
+    """Write the files of a ``kind`` index over ``column`` (the rows of ``fragments``,
+    default all); ``(name, size)`` of each."""
     # As pylance writes them (see alance.dataset.query.indices.reader.records_row_ids): BTREE
-    # pages hold row addresses; bitmaps hold stable row ids when the dataset has them.
-    values, ids = await read_column(ds, column, row_ids=kind == "BITMAP"
-                                    and uses_stable_row_ids(ds.manifest))
+    # pages hold row addresses; bitmaps (and label lists) hold stable row ids when the
+    # dataset has them.
+    values, ids = await read_column(ds, column, fragments, row_ids=kind in (
+        "BITMAP", "LABEL_LIST") and uses_stable_row_ids(ds.manifest))
     if kind == "BTREE":
         data, lookup = btree.build_tables(values, ids)
         return [(btree.DATA_FILE, await write_table(ds, f"{directory}/{btree.DATA_FILE}", data)),
@@ -101,37 +102,28 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
     if kind == "BITMAP":
         table = bitmap.build_table(values, ids)
         return [(bitmap.FILE, await write_table(ds, f"{directory}/{bitmap.FILE}", table))]
+    if kind == "LABEL_LIST":
+        table, nulls = bitmap.build_label_list(values, ids)
+        path = f"{directory}/{bitmap.FILE}"
+        return [(bitmap.FILE, await write_index_file(ds._store, path, table, buffers=[nulls]))]
     if kind == "ZONEMAP":
         table, nulls = zonemap.build_table(values, ids)
         path = f"{directory}/{zonemap.FILE}"
-        writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store,
-                                 _name=path)
-        if writer.add_global_buffer(nulls) != 1:
-            raise AssertionError("the null rows must be global buffer 1")
-        for batch in table.to_batches(max_chunksize=65536):
-            await writer.write_batch(batch)
-        await writer.close()
-        return [(zonemap.FILE, int((await ds._store.head(path)).size))]
+        return [(zonemap.FILE, await write_index_file(ds._store, path, table, buffers=[nulls]))]
     raise UnsupportedFeatureError(f"alance does not build {kind} indices yet")
 
 
-async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
-                              name: str | None = None, *, replace: bool = True,
-                              **kwargs: Any) -> LanceDataset:
-    """Build a scalar index on ``column`` and commit it; returns the new version."""
-    kind = scalar_kind(index_type)
+async def scalar_segment(ds: LanceDataset, kind: str, column: str, name: str,
+                         fragments: Sequence[table_pb2.DataFragment], covers: Iterable[int],
+                         ) -> table_pb2.IndexMetadata:
+    """Write a ``kind`` index segment over the rows of ``fragments`` and return its manifest
+    entry (not committed), recording ``covers`` as the fragments it covers."""
     meta = _check_column(ds, column, kind)
-    name = name or f"{column}_idx"
-    existing = user_indices(ds._snapshot.manifest_file.indices).get(name, [])
-    if existing and not replace:
-        raise AlreadyExistsError(f"Index name '{name}' already exists")
-    uid = _uuid.uuid4()
-    meta.uuid.uuid = uid.bytes
+    meta.uuid.uuid = _uuid.uuid4().bytes
     meta.name = name
     meta.dataset_version = ds.version
-    directory = index_dir(meta)
-    files = await build_files(ds, kind, column, directory)
-    write_bitmap(meta, pyroaring.BitMap(int(f.id) for f in ds._snapshot.fragments))
+    files = await build_files(ds, kind, column, index_dir(meta), fragments)
+    write_bitmap(meta, pyroaring.BitMap(covers))
     meta.index_details.type_url = SCALAR_KINDS[kind]
     meta.index_details.value = zonemap.DETAILS if kind == "ZONEMAP" else b""
     meta.index_version = _INDEX_VERSIONS[kind]
@@ -140,6 +132,22 @@ async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
     meta.created_at = int(time.time() * 1000)
     for fname, size in files:
         meta.files.add(path=fname, size_bytes=size)
+    return meta
+
+
+async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
+                              name: str | None = None, *, replace: bool = True,
+                              **kwargs: Any) -> LanceDataset:
+    """Build a scalar index on ``column`` and commit it; returns the new version."""
+    kind = scalar_kind(index_type)
+    _check_column(ds, column, kind)
+    name = name or f"{column}_idx"
+    existing = user_indices(ds._snapshot.manifest_file.indices).get(name, [])
+    if existing and not replace:
+        raise AlreadyExistsError(f"Index name '{name}' already exists")
+    fragments = list(ds._snapshot.fragments)
+    meta = await scalar_segment(ds, kind, column, name, fragments,
+                                (int(f.id) for f in fragments))
     txn = new_create_index(ds.version, [meta], existing)
     snap = await commit_transaction(ds._store, ds._handler, ds._snapshot, txn,
                                     data_storage_version=ds.data_storage_version)

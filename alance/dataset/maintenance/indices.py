@@ -17,7 +17,7 @@ from alance.dataset.query.indices.ivf import is_vector_index, vector_kind
 from alance.dataset.query.indices.ivf_reader import segment_stats
 from alance.dataset.query.indices.reader import index_reader
 from alance.dataset.query.indices.types import type_name
-from alance.errors import IndexNotFoundError
+from alance.errors import IndexNotFoundError, InvalidInputError
 
 if TYPE_CHECKING:
     from alance.dataset.api import LanceDataset
@@ -106,6 +106,21 @@ class IndexMethods:
             self, column, index_type, name, metric,  # type: ignore[arg-type]
             replace=replace, num_partitions=num_partitions, num_sub_vectors=num_sub_vectors,
             num_bits=num_bits)
+
+    async def optimize_indices(self, *, index_names: list[str] | None = None,
+                               num_indices_to_merge: int | None = None,
+                               retrain: bool = False, **kwargs: Any) -> LanceDataset:
+        """Extend the indices over the fragments they do not cover (pylance's
+        ``optimize.optimize_indices``): ``num_indices_to_merge=0`` adds delta segments,
+        the default merges every segment into one; vector indices keep their centroids and
+        codebook unless ``retrain``. Returns the new version (this one if nothing changed)."""
+        if kwargs:
+            raise InvalidInputError(f"unknown optimize_indices options {sorted(kwargs)} "
+                                    "(index_names, num_indices_to_merge, retrain)")
+        from alance.dataset.maintenance.index_optimize import optimize_indices
+        return await optimize_indices(self, index_names=index_names,  # type: ignore[arg-type]
+                                      num_indices_to_merge=num_indices_to_merge,
+                                      retrain=retrain)
 
     async def drop_index(self, name: str) -> LanceDataset:
         """Remove index ``name`` (every segment); returns the new version."""

@@ -120,6 +120,10 @@ class DatasetOptimizer:
         """:meth:`LanceDataset.compact_files` (same options and result)."""
         return await self._dataset.compact_files(**options)
 
+    async def optimize_indices(self, **options: Any) -> LanceDataset:
+        """:meth:`LanceDataset.optimize_indices` (same options)."""
+        return await self._dataset.optimize_indices(**options)
+
     async def enable_auto_cleanup(self, auto_cleanup_config: Mapping[str, int],
                                   ) -> LanceDataset:
         """Turn on automatic cleanup (pylance's ``{"interval", "older_than_seconds"}``):

@@ -24,12 +24,12 @@ import pyroaring
 from alance._proto import table_pb2, vector_index_pb2
 from alance.dataset.commit.loop import commit_transaction
 from alance.dataset.maintenance.index_build import read_column
+from alance.dataset.maintenance.index_files import write_index_file
 from alance.dataset.query.indices import ivf
 from alance.dataset.query.indices.describe import user_indices
 from alance.dataset.query.indices.types import index_dir
 from alance.dataset.query.vector_math import _matrix
 from alance.errors import AlreadyExistsError, InvalidInputError
-from alance.file import LanceFileWriter
 from alance.io.plans import decode_pool
 from alance.transaction.indices import write_bitmap
 from alance.transaction.operations import new_create_index
@@ -86,6 +86,29 @@ def _sample(data: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray
     return data if len(data) <= size else data[np.sort(rng.choice(len(data), size, False))]
 
 
+def encode_with(data: np.ndarray, centroids: np.ndarray, search: str,
+                codebook: np.ndarray | None) -> dict[str, Any]:
+    """Assign (already normalized for cosine) vectors to the nearest of ``centroids`` and,
+    with a PQ ``codebook`` (sub-vectors, centroids, width), encode their residuals (l2) or
+    themselves (dot): the rows in partition order (``order``), their ``labels``, the
+    partitions' ``lengths`` and ``codes`` or ``vectors`` (CPU work; run off the loop)."""
+    labels = assign(data, centroids, search)
+    order = np.argsort(labels, kind="stable")
+    out: dict[str, Any] = {"order": order, "labels": labels[order],
+                           "lengths": np.bincount(labels, minlength=len(centroids))}
+    if codebook is None:
+        out["vectors"] = data[order]
+        return out
+    residual = data - centroids[labels] if search == "l2" else data
+    residual = residual[order].astype(np.float32)
+    width = codebook.shape[2]
+    codes = np.empty((len(residual), codebook.shape[0]), dtype=np.uint8)
+    for m in range(codebook.shape[0]):
+        codes[:, m] = assign(residual[:, m * width:(m + 1) * width], codebook[m], "l2")
+    out["codes"] = codes
+    return out
+
+
 def build_model(vectors: np.ndarray, kind: str, metric: str, partitions: int,
                 sub_vectors: int, nbits: int, seed: int = 0) -> dict[str, Any]:
     """Train the index and encode every vector (CPU work; run off the loop)."""
@@ -93,29 +116,47 @@ def build_model(vectors: np.ndarray, kind: str, metric: str, partitions: int,
     search = ivf.search_metric(metric)
     data = ivf.normalized(vectors) if metric == "cosine" else vectors.astype(np.float32)
     centroids, loss = kmeans(_sample(data, 256 * partitions, rng), partitions, search, rng)
-    labels = assign(data, centroids, search)
-    order = np.argsort(labels, kind="stable")
-    lengths = np.bincount(labels, minlength=partitions)
-    out: dict[str, Any] = {"centroids": centroids, "loss": loss, "order": order,
-                           "labels": labels[order], "lengths": lengths}
-    if kind == "IVF_FLAT":
-        out["vectors"] = data[order]
-        return out
-    dim = data.shape[1]
-    width = dim // sub_vectors
-    residual = data - centroids[labels] if search == "l2" else data
-    residual = residual[order].astype(np.float32)
-    count = 1 << nbits
-    train = _sample(residual, 256 * count, rng)
-    books = np.empty((sub_vectors, count, width), dtype=np.float32)
-    codes = np.empty((len(residual), sub_vectors), dtype=np.uint8)
-    for m in range(sub_vectors):
-        part = train[:, m * width:(m + 1) * width]
-        books[m], _ = kmeans(part, count, "l2", rng, iterations=15)
-        codes[:, m] = assign(residual[:, m * width:(m + 1) * width], books[m], "l2")
-    out["codebook"] = books
-    out["codes"] = codes
+    books = None
+    if kind == "IVF_PQ":
+        labels = assign(data, centroids, search)
+        residual = (data - centroids[labels] if search == "l2" else data).astype(np.float32)
+        width = data.shape[1] // sub_vectors
+        count = 1 << nbits
+        train = _sample(residual, 256 * count, rng)
+        books = np.empty((sub_vectors, count, width), dtype=np.float32)
+        for m in range(sub_vectors):
+            books[m], _ = kmeans(train[:, m * width:(m + 1) * width], count, "l2", rng,
+                                 iterations=15)
+    out = encode_with(data, centroids, search, books)
+    out.update(centroids=centroids, loss=loss)
+    if books is not None:
+        out["codebook"] = books
     return out
+
+
+def storage_table(ids: np.ndarray, model: dict[str, Any], *, nbits: int = 8,
+                  transposed: bool = True, flat_type: pa.DataType | None = None) -> pa.Table:
+    """``auxiliary.idx``'s rows for an encoded model (:func:`encode_with`): ``_rowid`` and
+    the vectors (``flat``) or the PQ codes (sub-vector-major within each partition when
+    ``transposed``), partition by partition."""
+    row_ids = pa.array(np.asarray(ids)[model["order"]], pa.uint64())
+    if "vectors" in model:
+        vectors = model["vectors"]
+        dim = vectors.shape[1]
+        flat = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
+        field = pa.field("flat", flat_type or pa.list_(pa.float32(), dim), nullable=False)
+        return pa.table([row_ids, flat.cast(field.type)],
+                        schema=pa.schema([pa.field("_rowid", pa.uint64()), field]))
+    codes = model["codes"]
+    width = codes.shape[1] // 2 if nbits == 4 else codes.shape[1]
+    packed = np.empty((len(codes), width), dtype=np.uint8)
+    start = 0
+    for n in model["lengths"].tolist():
+        packed[start:start + n] = ivf.pack_codes(nbits, codes[start:start + n], transposed)
+        start += n
+    code = pa.FixedSizeListArray.from_arrays(pa.array(packed.reshape(-1)), width)
+    return pa.table([row_ids, code], schema=pa.schema([
+        pa.field("_rowid", pa.uint64()), pa.field(ivf.PQ_CODE, pa.list_(pa.uint8(), width))]))
 
 
 def _ivf_message(model: dict[str, Any], *, with_centroids: bool) -> bytes:
@@ -134,23 +175,6 @@ def _ivf_message(model: dict[str, Any], *, with_centroids: bool) -> bytes:
         msg.offsets.extend(offsets.tolist())
         msg.lengths.extend(lengths.tolist())
     return msg.SerializeToString()
-
-
-async def _write(ds: LanceDataset, path: str, table: pa.Table, metadata: dict[str, str],
-                 buffers: list[bytes]) -> int:
-    writer = LanceFileWriter(path, table.schema, version="2.2", _store=ds._store, _name=path)
-    for number, data in enumerate(buffers, start=1):
-        if writer.add_global_buffer(data) != number:
-            raise AssertionError("global buffers must be numbered from 1")
-    for key, value in metadata.items():
-        writer.add_schema_metadata(key, value)
-    if table.num_rows:
-        for batch in table.to_batches(max_chunksize=65536):
-            await writer.write_batch(batch)
-    else:
-        await writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
-    await writer.close()
-    return int((await ds._store.head(path)).size)
 
 
 async def create_vector_index(ds: LanceDataset, column: str, index_type: str,
@@ -198,42 +222,29 @@ async def create_vector_index(ds: LanceDataset, column: str, index_type: str,
     meta.name = name
     meta.dataset_version = ds.version
     directory = index_dir(meta)
-    row_ids = pa.array(ids[model["order"]], pa.uint64())
+    storage = storage_table(ids, model, nbits=num_bits)
     if kind == "IVF_FLAT":
-        flat = pa.FixedSizeListArray.from_arrays(pa.array(model["vectors"].reshape(-1)), dim)
-        storage = pa.table([row_ids, flat], schema=pa.schema([
-            pa.field("_rowid", pa.uint64()),
-            pa.field("flat", pa.list_(pa.float32(), dim), nullable=False)]))
         params: dict[str, Any] = {"dim": dim}
         buffers = [_ivf_message(model, with_centroids=False)]
     else:
-        codes = model["codes"]
-        width = subs // 2 if num_bits == 4 else subs
-        packed = np.empty((len(codes), width), dtype=np.uint8)
-        start = 0
-        for n in model["lengths"].tolist():  # sub-vector-major within each partition
-            packed[start:start + n] = ivf.pack_codes(num_bits, codes[start:start + n], True)
-            start += n
-        code = pa.FixedSizeListArray.from_arrays(pa.array(packed.reshape(-1)), width)
-        storage = pa.table([row_ids, code], schema=pa.schema([
-            pa.field("_rowid", pa.uint64()), pa.field(ivf.PQ_CODE, pa.list_(pa.uint8(), width))]))
         params = {"codebook_position": 2, "nbits": num_bits, "num_sub_vectors": subs,
                   "dimension": dim, "codebook_tensor": [], "transposed": True}
         book = vector_index_pb2.Tensor(data_type=vector_index_pb2.Tensor.FLOAT32,
                                        shape=[1 << num_bits, dim],
                                        data=model["codebook"].astype("<f4").tobytes())
         buffers = [_ivf_message(model, with_centroids=False), book.SerializeToString()]
-    storage_size = await _write(
-        ds, f"{directory}/{ivf.STORAGE_FILE}", storage,
-        {"lance:ivf": "1", "distance_type": metric,
-         "storage_metadata": json.dumps([json.dumps(params, separators=(",", ":"))])}, buffers)
+    storage_size = await write_index_file(
+        ds._store, f"{directory}/{ivf.STORAGE_FILE}", storage,
+        metadata={"lance:ivf": "1", "distance_type": metric,
+                  "storage_metadata": json.dumps([json.dumps(params, separators=(",", ":"))])},
+        buffers=buffers)
     head = pa.schema([pa.field("__flat_marker", pa.uint64(), nullable=False)]).empty_table()
-    head_size = await _write(
-        ds, f"{directory}/{ivf.INDEX_FILE}", head,
-        {"lance:index": json.dumps({"type": kind, "distance_type": metric},
-                                   separators=(",", ":")),
-         "lance:ivf": "1", "lance:flat": json.dumps([""] * partitions)},
-        [_ivf_message(model, with_centroids=True)])
+    head_size = await write_index_file(
+        ds._store, f"{directory}/{ivf.INDEX_FILE}", head,
+        metadata={"lance:index": json.dumps({"type": kind, "distance_type": metric},
+                                            separators=(",", ":")),
+                  "lance:ivf": "1", "lance:flat": json.dumps([""] * partitions)},
+        buffers=[_ivf_message(model, with_centroids=True)])
     details = vector_index_pb2.VectorIndexDetails()
     details.metric_type = ivf.metric_number(metric)  # type: ignore[assignment]
     if kind == "IVF_PQ":

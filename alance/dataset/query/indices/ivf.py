@@ -20,10 +20,12 @@ vectors (the search) and ``dot`` as ``1 - x.y``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from alance._proto import table_pb2, vector_index_pb2
 from alance.errors import CorruptFileError, UnsupportedFeatureError
@@ -309,3 +311,48 @@ def segment_statistics(kind: str, metric: str, uuid: str, uri: str, model: IvfMo
             "partitions": [{"size": int(n)} for n in model.lengths],
             "centroids": model.centroids.astype(np.float64).tolist(),
             "loss": model.loss, "index_file_version": "V3"}
+
+
+# -- remapping storage after compaction ---------------------------------------------------------
+def remap_storage(table: pa.Table, lengths: np.ndarray,
+                  remap: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+                  transposed: bool) -> tuple[pa.Table, np.ndarray]:
+    """``auxiliary.idx`` rows with ``_rowid`` passed through ``remap`` (new ids, and whether
+    each row still exists), rows that no longer exist dropped, partitions kept in order;
+    ``transposed`` PQ codes (sub-vector-major within each partition) are laid out again for
+    the partitions' new sizes. Returns the table and the new partition lengths."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    new_ids, kept = remap(table.column(ROW_ID).to_numpy().astype(np.uint64))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    new_lengths = np.asarray([int(kept[s:s + n].sum()) for s, n in zip(
+        starts.tolist(), lengths.tolist(), strict=True)], dtype=np.int64)
+    out = table.filter(pa.array(kept))
+    out = out.set_column(out.schema.get_field_index(ROW_ID), out.schema.field(ROW_ID),
+                         pa.array(new_ids[kept], pa.uint64()))
+    if transposed and PQ_CODE in table.column_names:
+        column = table.column(PQ_CODE).combine_chunks()
+        width = column.type.list_size
+        flat = column.values.slice(column.offset * width, len(column) * width).to_numpy(
+            zero_copy_only=False)
+        parts = []
+        for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
+            rows = flat[s * width:(s + n) * width].reshape(width, n).T[kept[s:s + n]]
+            parts.append(np.ascontiguousarray(rows.T).reshape(-1))
+        codes = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+        field = out.schema.field(PQ_CODE)
+        out = out.set_column(out.schema.get_field_index(PQ_CODE), field,
+                             pa.FixedSizeListArray.from_arrays(pa.array(codes, pa.uint8()),
+                                                               type=field.type))
+    return out, new_lengths
+
+
+def with_partition_lengths(message: vector_index_pb2.IVF, lengths: np.ndarray) -> bytes:
+    """The storage IVF message with new partition lengths (and the offsets they imply)."""
+    out = vector_index_pb2.IVF()
+    out.CopyFrom(message)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    del out.offsets[:]
+    del out.lengths[:]
+    out.offsets.extend(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64).tolist())
+    out.lengths.extend(lengths.tolist())
+    return out.SerializeToString()

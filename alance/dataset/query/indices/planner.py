@@ -2,7 +2,8 @@
 
 The filter's range tests (:func:`alance.filter.bound_predicate`: a condition every matching
 row meets) are matched with the BTREE / BITMAP / ZONEMAP indices of their columns (a zone
-map answers with whole zones). Evaluating that
+map answers with whole zones), and its list membership tests (``array_has_any``,
+``array_has_all``, ``array_contains``) with LABEL_LIST indices. Evaluating that
 tree with the indices gives, for the fragments the indices cover, a *superset* of the rows
 the filter can select; the scan then reads only those rows and applies the whole filter to
 them (so results never depend on the index being exact), and scans the fragments the indices
@@ -29,6 +30,7 @@ from alance.dataset.query.indices.reader import Rows, index_reader
 from alance.dataset.query.indices.types import (
     BITMAP_URL,
     BTREE_URL,
+    LABEL_LIST_URL,
     ZONEMAP_URL,
     type_name,
     type_url,
@@ -37,7 +39,9 @@ from alance.filter import AllOf, AnyOf, BoundPredicate, RangeTest, bound_predica
 from alance.transaction.indices import read_bitmap
 
 #: Index types whose range tests the planner answers, best first.
-_SEARCHABLE = (BTREE_URL, BITMAP_URL, ZONEMAP_URL)
+_SEARCHABLE = (BTREE_URL, BITMAP_URL, ZONEMAP_URL, LABEL_LIST_URL)
+#: List membership tests (answered by LABEL_LIST indices only).
+_LIST_OPS = frozenset({"has_any", "has_all"})
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ _OP_TEXT = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 def _test_text(test: RangeTest) -> str:
+    if test.op in _LIST_OPS:
+        items = ", ".join(str(v.as_py()) for v in test.values)
+        return f"array_{test.op}({test.column}, List([{items}]))"
     if test.op == "is_null":
         return f"{test.column} IS NULL"
     if test.op == "not_null":
@@ -133,9 +140,12 @@ def _plan(pred: BoundPredicate,
           indexed: dict[str, tuple[str, list[table_pb2.IndexMetadata]]]) -> IndexPlan | None:
     if isinstance(pred, RangeTest):
         found = indexed.get(pred.column)
-        if found is None or pred.op not in ORDERED_OPS:
+        if found is None:
             return None
         name, segments = found
+        lists = type_url(segments[0]) == LABEL_LIST_URL
+        if pred.op not in (_LIST_OPS if lists else ORDERED_OPS):
+            return None
         return IndexLeaf(pred, name, type_name(segments[0]), tuple(segments))
     if isinstance(pred, AllOf):
         parts = tuple(p for p in (_plan(x, indexed) for x in pred.parts) if p is not None)
@@ -158,7 +168,7 @@ def plan_filter(ctx: ReadContext, sql: object) -> IndexPlan | None:
     indexed = _searchable(ctx)
     if not indexed:
         return None
-    pred = bound_predicate(sql, ctx.schema.to_arrow())
+    pred = bound_predicate(sql, ctx.schema.to_arrow(), list_tests=True)
     # IN tests merged from ORs of equalities keep their column; split long IN lists as is.
     return _plan(pred, indexed)
 

@@ -29,7 +29,13 @@ from alance.dataset.query.indices.rowaddr import (
     decode_row_addr_map,
     map_of_addresses,
 )
-from alance.dataset.query.indices.types import BITMAP_URL, BTREE_URL, index_dir, type_url
+from alance.dataset.query.indices.types import (
+    BITMAP_URL,
+    BTREE_URL,
+    LABEL_LIST_URL,
+    index_dir,
+    type_url,
+)
 from alance.dataset.query.row_ids import row_addresses_of, uses_stable_row_ids
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.file import LanceFileReader
@@ -130,6 +136,8 @@ class IndexReader:
             return await self._btree(index, test)
         if url == BITMAP_URL:
             return await self._bitmap(index, test)
+        if url == LABEL_LIST_URL:
+            return await self._label_list(index, test)
         raise UnsupportedFeatureError(f"index {index.name!r}: cannot search {url!r}")
 
     async def zone_rows(self, index: table_pb2.IndexMetadata, test: RangeTest) -> Rows:
@@ -161,15 +169,38 @@ class IndexReader:
 
     async def _bitmap(self, index: table_pb2.IndexMetadata, test: RangeTest) -> np.ndarray:
         keys = (await self.table(index, bitmap.FILE, ("keys",))).column("keys")
-        positions = np.flatnonzero(matches(keys, test))
+        maps = await self._maps(index, np.flatnonzero(matches(keys, test)))
+        return _ids_of_maps(maps, self._fragment_rows())
+
+    async def _maps(self, index: table_pb2.IndexMetadata,
+                    positions: np.ndarray) -> list[RowAddrMap]:
+        """The row maps of some keys (by position) of a bitmap-style index file."""
         if not len(positions):
-            return np.zeros(0, dtype=np.uint64)
+            return []
         reader = await self.open(index, bitmap.FILE)
         picked = LanceFileReader(reader._store, reader._name, reader._file, ["bitmaps"])
         table = await picked.take_rows(positions.tolist(), batch_size=65536).to_table()
         self.bytes_read += table.nbytes
-        maps = [decode_row_addr_map(b.as_py()) for b in table.column("bitmaps")]
-        return _ids_of_maps(maps, self._fragment_rows())
+        return [decode_row_addr_map(b.as_py()) for b in table.column("bitmaps")]
+
+    async def _label_list(self, index: table_pb2.IndexMetadata,
+                          test: RangeTest) -> np.ndarray:
+        """Ids of the rows whose list holds any (``has_any``) or all (``has_all``) of the
+        test's values: the union or intersection of those keys' bitmaps."""
+        keys = (await self.table(index, bitmap.FILE, ("keys",))).column("keys")
+        wanted = RangeTest(test.column, "in", test.values)
+        positions = np.flatnonzero(matches(keys, wanted))
+        rows = self._fragment_rows()
+        if test.op == "has_any":
+            return _ids_of_maps(await self._maps(index, positions), rows)
+        distinct = {v.as_py() for v in test.values}
+        if len(positions) < len(distinct):
+            return np.zeros(0, dtype=np.uint64)  # some value is in no list
+        found: np.ndarray | None = None
+        for m in await self._maps(index, positions):
+            ids = _ids_of_maps([m], rows)
+            found = ids if found is None else np.intersect1d(found, ids, assume_unique=True)
+        return found if found is not None else np.zeros(0, dtype=np.uint64)
 
     def _fragment_rows(self) -> dict[int, int]:
         return {int(f.id): int(f.physical_rows) for f in self.ctx.snapshot.fragments}
