@@ -88,7 +88,7 @@ from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
-from alance.io.uri import open_store
+from alance.io.uri import open_store, renew_memory_store
 from alance.transaction.operations import new_append, new_overwrite, new_update_bases
 
 if TYPE_CHECKING:
@@ -845,8 +845,12 @@ async def write_dataset(
                 f"{store.uri} was created without stable row ids; they can only be enabled "
                 "when a dataset is created")
     if base is not None and mode == "create":
-        raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
-                                 "or mode='overwrite'")
+        # A memory:// name starts a new dataset, as pylance's per-call memory stores do.
+        fresh = None if isinstance(uri, LanceDataset) else renew_memory_store(store)
+        if fresh is None:
+            raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use "
+                                     "mode='append' or mode='overwrite'")
+        store, base = fresh, None
     if initial_bases and mode != "create":
         raise InvalidInputError(f"Cannot register new bases in {mode.capitalize()} mode. Only "
                                 "CREATE mode can register new bases (or add_bases)")
