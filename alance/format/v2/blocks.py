@@ -258,7 +258,8 @@ def _concat_dicts(blocks: list[DictValues]) -> Block:
                                    b.dictionary, b.dict_valid)
         else:
             dicts.append(b)
-    kinds = {type(plain(d.dictionary)) for d in dicts}
+    items = [plain(d.dictionary) for d in dicts]
+    kinds = {type(i) for i in items}
     if len(kinds) != 1 or StructValues in kinds:
         return concat_blocks([d.decoded() for d in dicts])
     sizes = np.array([len(d.dictionary) for d in dicts], np.int64)
@@ -269,7 +270,7 @@ def _concat_dicts(blocks: list[DictValues]) -> Block:
     if any(d.dict_valid is not None for d in dicts):
         valid = np.concatenate([np.ones(len(d.dictionary), bool) if d.dict_valid is None
                                 else d.dict_valid for d in dicts])
-    dictionary = concat_blocks([plain(d.dictionary) for d in dicts])
+    dictionary = concat_blocks(list(items))
     assert not isinstance(dictionary, DictValues)
     return DictValues(indices, dictionary, valid, joined=True)
 
