@@ -102,3 +102,20 @@ def test_bad_capacities() -> None:
         alance.Session(metadata_cache_size_bytes=-1)
     with pytest.raises(InvalidInputError):
         al.Session(index_cache_size_bytes="big")  # type: ignore[arg-type]
+
+
+def test_pickles(tmp_path: Path) -> None:
+    """Sessions and the read state holding one travel to workers as capacities."""
+    import pickle
+
+    uri = str(tmp_path / "ds")
+    write(uri)
+    session = alance.Session(metadata_cache_size_bytes=12345)
+    ds = al.dataset(uri, session=session)
+    ds.to_table()
+    copy = pickle.loads(pickle.dumps(session))
+    assert repr(copy) == "Session(index_cache_size_bytes=0, metadata_cache_size_bytes=0)"
+    assert copy._metadata.capacity == 12345
+    fresh = al.dataset(uri, session=session)  # nothing opened yet, as change feeds ship it
+    context = pickle.loads(pickle.dumps(fresh.read_context))
+    assert context.snapshot.version == 1

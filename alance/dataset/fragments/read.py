@@ -65,6 +65,19 @@ class ReadContext:
         self._session_keys: list[Any] = []
         weakref.finalize(self, self._session.forget, self._session_keys)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The session (its lock, its finalizer) stays in this process; an unpickled context
+        # joins the session of its store there.
+        state = dict(self.__dict__)
+        del state["_session"], state["_session_keys"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._session = session_of(self.store)
+        self._session_keys = []
+        weakref.finalize(self, self._session.forget, self._session_keys)
+
     def live_row_ends(self) -> np.ndarray:
         """Live rows of the version up to and including each fragment (from the manifest)."""
         if self._row_ends is None:

@@ -93,6 +93,10 @@ class Session:
         #: collection, which may run while this thread holds the lock.
         self._gone: list[Any] = []
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Caches are process-local: a session travels as its capacities.
+        return (Session, (self._index_capacity, self._metadata.capacity))
+
     def __repr__(self) -> str:
         return (f"Session(index_cache_size_bytes={self.index_cache_size_bytes()}, "
                 f"metadata_cache_size_bytes={self.metadata_cache_size_bytes()})")
