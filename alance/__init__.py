@@ -27,6 +27,7 @@ from alance.dataset.distributed.write import DistributedWrite, UncommittedFragme
 from alance.dataset.evolution.batch_udf import BatchUDF, batch_udf
 from alance.dataset.fragment import LanceFragment, write_fragments
 from alance.dataset.fragments.metadata import DataFile, DeletionFile, FragmentMetadata
+from alance.dataset.fragments.session import Session
 from alance.dataset.query.scan import Scanner
 from alance.dataset.versions.bases import DatasetBasePath
 from alance.errors import (
@@ -90,6 +91,7 @@ __all__ = [
     "IncompatibleTransactionError",
     "InvalidInputError",
     "LanceDataset",
+    "Session",
     "LanceFragment",
     "LanceOperation",
     "DatasetBasePath",

@@ -382,6 +382,8 @@ class LanceFileReader:
         self._read_schema = descriptor_schema(schema)
         self._blob_columns = [f.name for f in schema.fields if blob_version(f)]
         self._arrow = schema.to_arrow()
+        self._has_dictionaries = any(pa.types.is_dictionary(f.data_type)
+                                     for top in schema.fields for f in top.walk())
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str],
@@ -408,6 +410,10 @@ class LanceFileReader:
         return self._file.num_rows
 
     def _chunk_rows(self, batch_size: int) -> int:
+        if self._has_dictionaries:
+            # Each batch decoded on its own: a batch within one page gets exactly that
+            # page's dictionary, as pylance returns it.
+            return batch_size
         width = max(1, self._file.file_size // max(1, self._file.num_rows))
         per_round = max(1, READ_CHUNK_BYTES // width)
         return max(batch_size, per_round // batch_size * batch_size)

@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,6 +43,7 @@ from alance.dataset.evolution.config import (
 from alance.dataset.fragments.inputs import appended_layout, record_batch_stream, regroup
 from alance.dataset.fragments.json_columns import as_jsonb, text_view
 from alance.dataset.fragments.read import ReadContext
+from alance.dataset.fragments.session import Session, bind_session, session_of
 from alance.dataset.fragments.write import (
     WriteParams,
     blob_chunk_bytes,
@@ -88,7 +90,7 @@ from alance.format.feature_flags import check_writer_flags
 from alance.format.manifest import ManifestNamingScheme
 from alance.format.schema import LanceSchema
 from alance.io.store import DatasetStore
-from alance.io.uri import open_store
+from alance.io.uri import open_store, renew_memory_store
 from alance.transaction.operations import new_append, new_overwrite, new_update_bases
 
 if TYPE_CHECKING:
@@ -132,6 +134,10 @@ class LanceDataset(IndexMethods):
         self._snapshot = snapshot
         self._ctx = ReadContext(store, snapshot, user_view=True)
         ctx = self._ctx
+        # The session counts the loaded manifest while a handle on it lives.
+        session, key = session_of(store), ("manifest", id(snapshot))
+        if session.keep(key, snapshot.location.size or snapshot.manifest.ByteSize()):
+            weakref.finalize(snapshot, session.forget, [key])
         self._takes = TakeBatcher(lambda positions, columns: read_positions(ctx, positions,
                                                                             columns))
 
@@ -165,6 +171,11 @@ class LanceDataset(IndexMethods):
         if self._scan_defaults.get("with_row_address"):
             schema = schema.append(pa.field(ROW_ADDRESS, pa.uint64()))
         return schema
+
+    def session(self) -> Session:
+        """The caches this handle shares with the others of its open (pylance's
+        ``session()``): ``size_bytes()`` is what they hold."""
+        return session_of(self._store)
 
     def base_paths(self) -> dict[int, DatasetBasePath]:
         """The extra roots this version's files may live under, by id (see
@@ -740,7 +751,8 @@ SMALL_FRAGMENT_ROWS = 1024 * 1024
 async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = None, *,
                        storage_options: Mapping[str, Any] | None = None,
                        commit_handler: HandlerSpec = None,
-                       asof: dt.datetime | str | None = None) -> LanceDataset:
+                       asof: dt.datetime | str | None = None,
+                       session: Session | None = None) -> LanceDataset:
     """Open a dataset at its latest version, or at ``version`` (time travel: a number or a
     tag name), or at the newest version committed at or before ``asof`` (a datetime or an
     ISO 8601 string; naive times are local, as pylance takes them).
@@ -748,9 +760,13 @@ async def open_dataset(uri: str | os.PathLike[str], version: int | str | None = 
     ``commit_handler``: how versions are resolved and committed; by default chosen by the URI
     scheme (``s3+ddb://`` commits through DynamoDB), else a handler object or the dotted name
     of one (see :mod:`alance.commit.registry`).
+    ``session``: the caches to share with other opens (see :meth:`LanceDataset.session`);
+    by default the handles of this open get a session of their own.
     Raises :class:`~alance.errors.DatasetNotFoundError` when nothing was ever committed there.
     """
     store = open_store(uri, storage_options)
+    if session is not None:
+        bind_session(store, session)
     handler = _handler_for(uri, storage_options, commit_handler)
     snap = await load_snapshot(store, handler, await resolve_version(store, handler, version))
     opened = LanceDataset(store, handler, snap)
@@ -845,8 +861,12 @@ async def write_dataset(
                 f"{store.uri} was created without stable row ids; they can only be enabled "
                 "when a dataset is created")
     if base is not None and mode == "create":
-        raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use mode='append' "
-                                 "or mode='overwrite'")
+        # A memory:// name starts a new dataset, as pylance's per-call memory stores do.
+        fresh = None if isinstance(uri, LanceDataset) else renew_memory_store(store)
+        if fresh is None:
+            raise AlreadyExistsError(f"a dataset already exists at {store.uri}; use "
+                                     "mode='append' or mode='overwrite'")
+        store, base = fresh, None
     if initial_bases and mode != "create":
         raise InvalidInputError(f"Cannot register new bases in {mode.capitalize()} mode. Only "
                                 "CREATE mode can register new bases (or add_bases)")

@@ -42,6 +42,9 @@ EXTERNAL_COMMIT_SCHEMES = {"s3+ddb": "s3"}
 _memory_lock = threading.Lock()
 _memory_store: MemoryStore | None = None
 _dict_objects: dict[str, tuple[bytes, dt.datetime]] = {}
+#: ``memory://name`` -> the root its dataset lives under now, for names whose dataset was
+#: created again (see :func:`renew_memory_store`); other names are their own root.
+_memory_roots: dict[str, str] = {}
 
 
 #: Local stores read ranges up to this long with one call (no pieces to join).
@@ -88,6 +91,32 @@ def _reset_after_fork() -> None:
     _memory_store = None
     _memory_lock = threading.Lock()
     _dict_objects.clear()
+    _memory_roots.clear()
+
+
+def renew_memory_store(store: DatasetStore) -> DatasetStore | None:
+    """A store on a fresh, empty root for the ``memory://name`` that ``store`` was opened
+    from, the name now bound to it (None for stores of any other kind).
+
+    pylance gives every call its own in-memory store, so creating a dataset at a
+    ``memory://`` URI always starts from nothing. alance keeps a name's dataset for later
+    opens in the process, and a create there starts a new dataset under that name: handles of
+    the earlier one keep reading and writing it; opening the name finds the new one.
+    """
+    if store.reopen_args is None or not str(store.reopen_args[0]).lower().startswith(
+            "memory://"):
+        return None
+    uri, options = store.reopen_args
+    name = _memory_name(urlparse(uri))
+    if not name:
+        return None
+    with _memory_lock:
+        _memory_roots[name] = f"{name}.{uuid.uuid4().hex}"
+    return open_store(uri, options)
+
+
+def _memory_name(parsed: Any) -> str:
+    return str(parsed.netloc + parsed.path).strip("/")
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -145,13 +174,15 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
         raise InvalidInputError(f"unknown storage options for {scheme or 'local'} URIs: "
                                 f"{sorted(options)}")
     if scheme == "memory":
-        root = (parsed.netloc + parsed.path).strip("/")
+        root = _memory_name(parsed)
         if not root:
             # A bare ``memory://`` is a fresh, private dataset (as pylance treats it); it is
             # named, so objects reopened from this store's URI find it again.
             root = f"anonymous-{uuid.uuid4().hex}"
             text = f"memory://{root}"
         _check_root(text, root)
+        with _memory_lock:
+            root = _memory_roots.get(root, root)
         return DatasetStore(ObstoreBackend(_shared_memory_store()), root, uri=text,
                             max_concurrency=max_concurrency, after_fork=_memory_after_fork,
                             limiter_key="memory://", **policy)

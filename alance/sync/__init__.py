@@ -26,6 +26,7 @@ from alance.dataset.fragments.progress import (
     FragmentWriteProgress,
     NoopFragmentWriteProgress,
 )
+from alance.dataset.fragments.session import Session
 from alance.dataset.versions.auto_cleanup import AutoCleanupConfig
 from alance.dataset.versions.bases import DatasetBasePath
 from alance.io.deadline import deadline
@@ -78,7 +79,7 @@ __all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BulkCom
            "LanceFileSession", "LanceFileWriter", "LanceFragment", "LanceOperation",
            "LanceSchema", "LanceStats", "MergeInsertBuilder", "NearestScanner",
            "NoopFragmentWriteProgress", "RewriteResult", "RowIdMeta", "Scanner",
-           "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder", "Tags", "Transaction",
+           "Session", "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder", "Tags", "Transaction",
            "batch_udf", "dataset", "deadline", "file", "format_fragment", "iops_counter",
            "manifest_needs_migration", "open_dataset", "plan_delete",
            "plan_distributed_compaction", "plan_update",

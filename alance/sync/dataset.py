@@ -27,6 +27,7 @@ from alance.dataset import api as _api
 from alance.dataset.dml.merge_insert import MergeInsertBuilder as _AsyncMergeInsertBuilder
 from alance.dataset.evolution.config import MetadataUpdate, warn_deprecated
 from alance.dataset.fragments.read import live_rows
+from alance.dataset.fragments.session import Session
 from alance.dataset.maintenance import stats as _stats
 from alance.dataset.query import blobs as _blobs
 from alance.dataset.query import sql as _sql
@@ -285,6 +286,7 @@ class LanceDataset(Twin, of=_A):
     fragment_protos = forwarding(_A.fragment_protos)
     get_fragments = forwarding(_A.get_fragments)
     get_fragment = forwarding(_A.get_fragment)
+    session = forwarding(_A.session)
     config = forwarding(_A.config)
     write_source = forwarding(_A.write_source)
 
@@ -552,10 +554,9 @@ class SqlQueryBuilder(Twin, of=_sql.SqlQueryBuilder):
 
 open_dataset = blocking_function(_api.open_dataset, returns=LanceDataset)
 
-#: ``lance.dataset`` arguments that tune pylance's caches and IO block size; alance sizes its
-#: own (see the README), so these are accepted and have no effect.
-_TUNING_ONLY = ("block_size", "index_cache_size", "metadata_cache_size_bytes", "session",
-                "read_params")
+#: ``lance.dataset`` arguments that tune pylance's IO block size and index cache entries;
+#: alance sizes its own (see the README), so these are accepted and have no effect.
+_TUNING_ONLY = ("block_size", "index_cache_size", "read_params")
 
 
 def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
@@ -563,13 +564,21 @@ def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
             commit_lock: Any = None, storage_options: Mapping[str, Any] | None = None,
             commit_handler: HandlerSpec = None,
             default_scan_options: Mapping[str, Any] | None = None,
+            metadata_cache_size_bytes: int | None = None,
+            index_cache_size_bytes: int | None = None, session: Session | None = None,
             **kwargs: Any) -> LanceDataset:
     """pylance's ``lance.dataset``: :func:`open_dataset` with pylance's arguments.
 
     ``commit_lock(version)``: a context manager held around each commit (as pylance's);
-    ``asof``: the newest version committed at or before that time. Cache-tuning arguments
-    (``block_size``, ``index_cache_size``, ...) are accepted and have no effect.
+    ``asof``: the newest version committed at or before that time. ``session`` shares the
+    caches of another open; else the cache sizes make the session of this one (see
+    :class:`~alance.Session`). Other tuning arguments (``block_size``, ``index_cache_size``,
+    ``read_params``) are accepted and have no effect.
     """
+    if session is None and (metadata_cache_size_bytes is not None
+                            or index_cache_size_bytes is not None):
+        session = Session(index_cache_size_bytes=index_cache_size_bytes,
+                          metadata_cache_size_bytes=metadata_cache_size_bytes)
     unknown = sorted(k for k, v in kwargs.items() if k not in _TUNING_ONLY and v is not None)
     if unknown:
         raise InvalidInputError(f"unknown arguments to dataset(): {unknown}")
@@ -578,7 +587,7 @@ def dataset(uri: str | os.PathLike[str], version: int | str | None = None,
             raise InvalidInputError("pass commit_lock or commit_handler, not both")
         commit_handler = LockCommitHandler(commit_lock)
     opened = open_dataset(uri, version, storage_options=storage_options,
-                          commit_handler=commit_handler, asof=asof)
+                          commit_handler=commit_handler, asof=asof, session=session)
     if default_scan_options:
         opened._async = opened._async.with_default_scan_options(default_scan_options)
     return opened

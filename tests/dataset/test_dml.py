@@ -449,3 +449,29 @@ def test_merge_insert_with_some_columns_keeps_the_others(local_uri: str) -> None
         (ds.merge_insert("num").when_not_matched_insert_all()
          .execute(pa.table({"num": ["new"], "x": [1.0]})))
     assert ds.count_rows() == 7
+
+
+def test_create_at_a_memory_name_starts_a_new_dataset() -> None:
+    """As pylance (a memory store per call), creating a dataset at a ``memory://`` name that
+    holds one succeeds with a new version 1; handles of the earlier dataset keep it, and the
+    name now opens the new one."""
+    import lance
+
+    name = f"memory://{uuid.uuid4().hex}"
+    table = pa.table({"id": range(10), "updated": [False] * 10})
+    for write in (lance.write_dataset, al.write_dataset):
+        first = write(table, name)
+        second = write(table.slice(0, 3), name)
+        assert (first.version, second.version) == (1, 1)
+        assert (first.count_rows(), second.count_rows()) == (10, 3)
+    first.delete("id >= 5")
+    assert (first.count_rows(), second.count_rows()) == (5, 3)
+    assert al.dataset(name).count_rows() == 3 and al.dataset(name).version == 1
+    # merge_insert committed through the handle, as pylance's test_merge_insert_with_commit
+    txn, stats = (second.merge_insert(on="id").when_matched_update_all()
+                  .execute_uncommitted(pa.table({"id": [1], "updated": [True]})))
+    assert stats["num_updated_rows"] == 1
+    done = al.LanceDataset.commit(second, txn)
+    assert done.to_table().sort_by("id")["updated"].to_pylist() == [False, True, False]
+    with pytest.raises(alance.AlreadyExistsError):
+        al.write_dataset(table, done, mode="create")  # a dataset object is not a name

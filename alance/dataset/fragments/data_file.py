@@ -195,6 +195,13 @@ class DataFileReader:
         return self._reader.num_rows
 
     @property
+    def metadata_bytes(self) -> int:
+        """About how many bytes the file's opened metadata takes (as the cache counts it)."""
+        if isinstance(self._reader, V2FileReader):
+            return len(self._reader.file.tail) + 4096
+        return len(self._reader.file.tail) + 64 * self._reader.file.num_batches
+
+    @property
     def v2_file(self) -> V2File | None:
         """The opened 2.x file (``None`` for v0.1/v0.2 files)."""
         return self._reader.file if isinstance(self._reader, V2FileReader) else None

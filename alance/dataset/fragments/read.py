@@ -8,7 +8,9 @@ of one fragment from however many data files hold them.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +18,7 @@ import pyarrow as pa
 from alance._proto import table_pb2
 from alance.dataset.fragments.data_file import DataFileReader
 from alance.dataset.fragments.json_columns import is_json, text_view, to_text_column
+from alance.dataset.fragments.session import session_of
 from alance.dataset.versions.bases import base_store as open_base_store
 from alance.dataset.versions.bases import find_base
 from alance.dataset.versions.snapshot import Snapshot
@@ -58,6 +61,23 @@ class ReadContext:
         self._row_ends: np.ndarray | None = None
         self._fragment_of: dict[str, table_pb2.DataFragment] | None = None
         self._fragment_table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: Opened files are kept as long as the session's metadata cache holds them.
+        self._session = session_of(store)
+        self._session_keys: list[Any] = []
+        weakref.finalize(self, self._session.forget, self._session_keys)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The session (its lock, its finalizer) stays in this process; an unpickled context
+        # joins the session of its store there.
+        state = dict(self.__dict__)
+        del state["_session"], state["_session_keys"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._session = session_of(self.store)
+        self._session_keys = []
+        weakref.finalize(self, self._session.forget, self._session_keys)
 
     def fragment_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The version's fragment ids (ascending), each one's physical rows and whether it
@@ -120,7 +140,9 @@ class ReadContext:
                               ) -> DataFileReader:
         key = (data_file.base_id if data_file.HasField("base_id") else None, data_file.path)
         reader = self._files.get(key)
-        if reader is None:
+        if reader is not None:
+            self._session.used((id(self), key))
+        else:
             size = data_file.file_size_bytes or None
             store, path = self.data_location(data_file)
             version = (data_file.file_major_version, data_file.file_minor_version)
@@ -134,8 +156,22 @@ class ReadContext:
                 ids = [i for i in data_file.fields if i != TOMBSTONE_FIELD_ID]
                 reader = await DataFileReader.open(store, path, schema, size,
                                                    self.dictionaries, field_ids=ids)
-            self._files[key] = reader
+            self._keep(key, reader)
         return reader
+
+    def _keep(self, key: tuple[int | None, str], reader: DataFileReader) -> None:
+        """Hold an opened file while the session's metadata cache has room for it."""
+        entry = (id(self), key)
+        context = weakref.ref(self)  # the session must not keep this context alive
+
+        def evicted() -> None:
+            held = context()
+            if held is not None:
+                held._files.pop(key, None)
+
+        if self._session.keep(entry, reader.metadata_bytes, evicted):
+            self._files[key] = reader
+            self._session_keys.append(entry)
 
     def base_store(self, base_id: int, what: str) -> tuple[DatasetStore, bool]:
         """The store of base path ``base_id`` and whether it is laid out as a dataset root

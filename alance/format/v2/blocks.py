@@ -4,7 +4,10 @@ A 2.x compressive decoder produces one of:
 
 * :class:`Fixed` - ``n`` fixed-width values: a 1-D unsigned integer array (8..64 bits), a
   1-D boolean array (1 bit), or a 2-D ``(n, width)`` uint8 array (any other byte width);
-* :class:`Variable` - ``n`` variable-width values: int64 offsets (``n + 1``) and bytes.
+* :class:`Variable` - ``n`` variable-width values: int64 offsets (``n + 1``) and bytes;
+* :class:`DictValues` - ``n`` indices into a page's dictionary (one of the above), looked up
+  only when the values are needed, so that a dictionary column reads back as the dictionary
+  and indices the page stores.
 
 :func:`to_arrow` turns a block plus an optional validity mask into an array of the field's
 Arrow type.
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.arrow_buffers import aligned_buffer
@@ -144,18 +148,70 @@ class StructValues:
         return StructValues([f.slice(start, stop) for f in self.fields], stop - start)
 
 
-Block = Fixed | Variable | StructValues
+@dataclass
+class DictValues:
+    """Indices into a dictionary of values, as a dictionary-encoded page stores them.
+
+    ``take`` and ``slice`` work on the indices; :meth:`decoded` looks the values up. Blocks
+    of one page (the same ``dictionary`` object) concatenate without a lookup, so a column of
+    Arrow dictionary type can be returned with exactly the page's dictionary and indices.
+    """
+
+    indices: np.ndarray  # 1-D integers, each in range(len(dictionary)) (checked on creation)
+    dictionary: Fixed | Variable | StructValues
+    #: Validity of the dictionary items (None: all valid); 2.0 pages store a null item.
+    dict_valid: np.ndarray | None = None
+    #: The dictionaries of several pages joined end to end (see :func:`concat_blocks`).
+    joined: bool = False
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def take(self, idx: np.ndarray) -> DictValues:
+        """The values at ``idx``."""
+        return DictValues(self.indices[idx], self.dictionary, self.dict_valid, self.joined)
+
+    def slice(self, start: int, stop: int) -> DictValues:
+        """Values ``start..stop``."""
+        if not 0 <= start <= stop <= len(self):
+            raise CorruptFileError("a page holds fewer values than its rows need")
+        return DictValues(self.indices[start:stop], self.dictionary, self.dict_valid,
+                          self.joined)
+
+    def decoded(self) -> Fixed | Variable | StructValues:
+        """The looked-up values."""
+        out = self.dictionary.take(self.indices)
+        return out.decoded() if isinstance(out, FsstVariable) else out
+
+    @staticmethod
+    def lookup(indices: Block, dictionary: Block, dict_valid: np.ndarray | None = None,
+               ) -> DictValues:
+        """``indices`` (decoded integers) into ``dictionary``, checked to be in range."""
+        if (not isinstance(indices, Fixed) or indices.values.ndim != 1 or indices.bits == 1
+                or isinstance(dictionary, DictValues)):
+            raise CorruptFileError("dictionary indices are not integers")
+        idx = indices.values
+        if len(idx) and int(idx.max()) >= len(dictionary):
+            raise CorruptFileError("dictionary index out of range")
+        return DictValues(idx, dictionary, dict_valid)
 
 
-def plain(block: Block) -> Block:
-    """``block`` with any deferred decompression done."""
-    return block.decoded() if isinstance(block, FsstVariable) else block
+Block = Fixed | Variable | StructValues | DictValues
+
+
+def plain(block: Block) -> Fixed | Variable | StructValues:
+    """``block`` with any deferred decompression or dictionary lookup done."""
+    if isinstance(block, (FsstVariable, DictValues)):
+        return block.decoded()
+    return block
 
 
 def concat_blocks(blocks: list[Block]) -> Block:
-    """Join blocks of the same kind end to end."""
+    """Join blocks of the same kind end to end (indices into one dictionary stay indices)."""
     if len(blocks) == 1:
         return blocks[0]
+    if all(isinstance(b, DictValues) for b in blocks):
+        return _concat_dicts([b for b in blocks if isinstance(b, DictValues)])
     blocks = [plain(b) for b in blocks]
     if all(isinstance(b, StructValues) for b in blocks):
         parts = [b for b in blocks if isinstance(b, StructValues)]
@@ -185,6 +241,38 @@ def concat_blocks(blocks: list[Block]) -> Block:
         return Variable(np.concatenate(offs), np.concatenate(datas) if datas else
                         np.zeros(0, np.uint8))
     raise CorruptFileError("pages of one column decode to different kinds of values")
+
+
+def _concat_dicts(blocks: list[DictValues]) -> Block:
+    """Indices into one page's dictionary stay as they are; several pages' dictionaries are
+    joined end to end, each page's indices offset past the items before it (pylance joins
+    them so too)."""
+    first = blocks[0]
+    if all(b.dictionary is first.dictionary for b in blocks):
+        return DictValues(np.concatenate([b.indices for b in blocks]), first.dictionary,
+                          first.dict_valid, first.joined)
+    dicts: list[DictValues] = []
+    for b in blocks:  # one entry per dictionary (consecutive parts of a page share one)
+        if dicts and b.dictionary is dicts[-1].dictionary:
+            dicts[-1] = DictValues(np.concatenate([dicts[-1].indices, b.indices]),
+                                   b.dictionary, b.dict_valid)
+        else:
+            dicts.append(b)
+    items = [plain(d.dictionary) for d in dicts]
+    kinds = {type(i) for i in items}
+    if len(kinds) != 1 or StructValues in kinds:
+        return concat_blocks([d.decoded() for d in dicts])
+    sizes = np.array([len(d.dictionary) for d in dicts], np.int64)
+    base = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    indices = np.concatenate([d.indices.astype(np.int64) + int(o)
+                              for d, o in zip(dicts, base.tolist(), strict=True)])
+    valid = None
+    if any(d.dict_valid is not None for d in dicts):
+        valid = np.concatenate([np.ones(len(d.dictionary), bool) if d.dict_valid is None
+                                else d.dict_valid for d in dicts])
+    dictionary = concat_blocks(list(items))
+    assert not isinstance(dictionary, DictValues)
+    return DictValues(indices, dictionary, valid, joined=True)
 
 
 def _validity_buffer(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
@@ -231,18 +319,55 @@ def _check_strings(arr: pa.Array) -> None:
         raise CorruptFileError(f"string values are not valid UTF-8: {exc}") from exc
 
 
+def _dictionary_array(block: DictValues, dtype: pa.DictionaryType,
+                      valid: np.ndarray | None) -> pa.Array | None:
+    """The page's dictionary and indices as an array of ``dtype`` (None when the indices do
+    not fit its index type)."""
+    index_type = dtype.index_type
+    if block.joined and len(block) < len(block.dictionary):
+        # Fewer values than the joined dictionaries hold: as pylance, the distinct values the
+        # slots point at (null rows' slots too, unless at a null item), sorted, become the
+        # dictionary.
+        items = to_arrow(block.dictionary, dtype.value_type, block.dict_valid)
+        slots = items.take(pa.array(block.indices))
+        distinct = pc.unique(slots.drop_null())
+        distinct = distinct.take(pc.sort_indices(distinct))
+        indices = pc.index_in(slots, distinct).cast(index_type)
+        if valid is not None and not valid.all():
+            indices = pc.if_else(pa.array(valid), indices, pa.nulls(len(indices), index_type))
+        return pa.DictionaryArray.from_arrays(indices, distinct, ordered=dtype.ordered)
+    np_type = np.dtype(index_type.to_pandas_dtype())
+    if len(block.dictionary) and len(block.dictionary) - 1 > np.iinfo(np_type).max:
+        return None
+    idx = np.ascontiguousarray(block.indices, dtype=np_type)
+    vbuf, nulls = _validity_buffer(valid)
+    indices = pa.Array.from_buffers(index_type, len(idx), [vbuf, pa.py_buffer(idx)],
+                                    null_count=nulls)
+    dictionary = to_arrow(block.dictionary, dtype.value_type, block.dict_valid)
+    return pa.DictionaryArray.from_arrays(indices, dictionary, ordered=dtype.ordered,
+                                          safe=False)
+
+
 def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
-    """An Arrow array of ``dtype`` from decoded values and an optional validity mask."""
-    block = plain(block)
+    """An Arrow array of ``dtype`` from decoded values and an optional validity mask.
+
+    A dictionary type gets the page's own dictionary and indices when ``block`` holds them
+    (:class:`DictValues` of one page); other values are dictionary-encoded here.
+    """
     n = len(block)
     if valid is not None and len(valid) != n:
         raise CorruptFileError(f"{len(valid)} validity bits for {n} values")
+    if pa.types.is_dictionary(dtype):
+        if isinstance(block, DictValues):
+            arr = _dictionary_array(block, dtype, valid)
+            if arr is not None:
+                return arr
+        values = to_arrow(block, dtype.value_type, valid)
+        return values.dictionary_encode().cast(dtype)
+    block = plain(block)
     vbuf, nulls = _validity_buffer(valid)
     if pa.types.is_null(dtype):
         return pa.nulls(n)
-    if pa.types.is_dictionary(dtype):
-        values = to_arrow(block, dtype.value_type, valid)
-        return values.dictionary_encode().cast(dtype)
     storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
     if isinstance(block, Variable):
         if not (pa.types.is_string(storage) or pa.types.is_binary(storage)
@@ -302,5 +427,5 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
     return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
 
 
-__all__ = ["Block", "Fixed", "FsstVariable", "StructValues", "Variable", "concat_blocks", "plain",
-           "to_arrow"]
+__all__ = ["Block", "DictValues", "Fixed", "FsstVariable", "StructValues", "Variable",
+           "concat_blocks", "plain", "to_arrow"]

@@ -20,7 +20,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError
-from alance.format.v2.blocks import Block, Fixed
+from alance.format.v2.blocks import Block, DictValues
 from alance.format.v2.chunk_levels import chunk_levels
 from alance.format.v2.compressive import ChunkBufs, block_values, miniblock_values
 from alance.format.v2.kernels import range_indices
@@ -262,15 +262,11 @@ def _header_bytes(size: int) -> np.ndarray:
 
 
 def _dict_lookup(state: MiniBlockState, values: Block) -> Block:
-    """Dictionary values for decoded indices (``values`` itself without a dictionary)."""
+    """Decoded indices into the page's dictionary, looked up when used (``values`` itself
+    without a dictionary)."""
     if state.dictionary is None:
         return values
-    if not isinstance(values, Fixed):
-        raise CorruptFileError("dictionary indices are not integers")
-    idx = values.values.astype(np.int64)
-    if len(idx) and (idx.min() < 0 or idx.max() >= len(state.dictionary)):
-        raise CorruptFileError("dictionary index out of range")
-    return state.dictionary.take(idx)
+    return DictValues.lookup(values, state.dictionary)
 
 
 def select_rows(layout: pb.MiniBlockLayout, rep: np.ndarray | None, defs: np.ndarray | None,

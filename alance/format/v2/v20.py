@@ -19,7 +19,7 @@ from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
 from alance.format.v2 import v20_rows
-from alance.format.v2.blocks import Block, Fixed, Variable, concat_blocks, to_arrow
+from alance.format.v2.blocks import Block, DictValues, Fixed, Variable, concat_blocks, to_arrow
 from alance.format.v2.container import PageInfo, V2File
 from alance.format.v2.kernels import decompress, range_indices
 from alance.format.v2.leaf import empty_block, is_packed_struct
@@ -108,6 +108,11 @@ def decode_values(enc: pb.ArrayEncoding, bufs: Sequence[np.ndarray], n: int,
         null = ix < 0
         if item_valid is not None and len(ix):
             null |= ~item_valid[np.maximum(ix, 0)]
+        if direct_dict and len(items) and not isinstance(items, DictValues):
+            # The stored dictionary and indices, as written (a null item included).
+            if null.any():
+                valid = ~null if valid is None else valid & ~null
+            return DictValues(np.maximum(ix, 0), items, item_valid), valid
         taken = items.take(np.maximum(ix, 0)) if len(items) else empty_block_like(items, n)
         if null.any():
             valid = ~null if valid is None else valid & ~null

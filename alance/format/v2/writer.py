@@ -20,6 +20,7 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
@@ -203,7 +204,7 @@ class V2FileWriter:
             raise InvalidInputError("writer already finished")
         if isinstance(batch, pa.Table):
             batch = pa.RecordBatch.from_arrays(
-                [c.combine_chunks() for c in batch.columns], schema=batch.schema)
+                [combine_chunks(c) for c in batch.columns], schema=batch.schema)
         n = batch.num_rows
         if n == 0:
             return []
@@ -383,6 +384,36 @@ def _any(message: Message) -> bytes:
     return wrapper.SerializeToString()
 
 
+def combine_chunks(column: pa.ChunkedArray) -> pa.Array:
+    """One array of a column's chunks, gathered into one page as pylance does.
+
+    Dictionary chunks keep their dictionaries: one shared dictionary stays as it is,
+    different ones are concatenated (later chunks' indices offset past the earlier items);
+    only when the joined dictionary outgrows the index type are the values encoded afresh.
+    (``ChunkedArray.combine_chunks`` would unify them instead, reordering the items.)
+    """
+    chunks = [c for c in column.chunks if len(c)] or column.chunks
+    if len(chunks) < 2 or not pa.types.is_dictionary(column.type):
+        return column.combine_chunks()
+    dtype = column.type
+    first = chunks[0].dictionary
+    if all(c.dictionary.equals(first) for c in chunks[1:]):
+        indices = pa.concat_arrays([c.indices for c in chunks])
+        return pa.DictionaryArray.from_arrays(indices, first, ordered=dtype.ordered)
+    total = sum(len(c.dictionary) for c in chunks)
+    limit = np.iinfo(np.dtype(dtype.index_type.to_pandas_dtype())).max
+    if total - 1 > limit:
+        values = pa.concat_arrays([c.dictionary_decode() for c in chunks])
+        return values.dictionary_encode().cast(dtype)
+    parts, base = [], 0
+    for c in chunks:
+        parts.append(pc.add(c.indices.cast(pa.int64()), base))
+        base += len(c.dictionary)
+    indices = pa.concat_arrays(parts).cast(dtype.index_type)
+    dictionary = pa.concat_arrays([c.dictionary for c in chunks])
+    return pa.DictionaryArray.from_arrays(indices, dictionary, ordered=dtype.ordered)
+
+
 def _as_bytes(buf: Buffer) -> bytes | memoryview:
     if isinstance(buf, bytes):
         return buf
@@ -400,4 +431,4 @@ def _page_slices(arr: pa.Array, page_bytes: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
 
 
-__all__ = ["BUFFER_ALIGN", "WRITABLE_VERSIONS", "V2FileWriter"]
+__all__ = ["BUFFER_ALIGN", "WRITABLE_VERSIONS", "V2FileWriter", "combine_chunks"]
