@@ -307,5 +307,6 @@ class DynamoDBCommitHandler(ExternalManifestCommitHandler):
         """The handler an ``s3+ddb://...?ddbTableName=T`` URI asks for."""
         _, table = parse_ddb_uri(uri)
         settings = aws.AwsSettings.from_storage_options(
-            storage_options, endpoint=dynamodb_endpoint(storage_options))
+            storage_options, endpoint=dynamodb_endpoint(storage_options),
+            target=f"DynamoDB table {table}")
         return cls(table, settings, committer=committer, on_step=on_step)
