@@ -34,7 +34,8 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 
-#: botocore's own attempts per call (standard mode: throttling, 5xx and connection errors).
+#: botocore's own retries per call (its "max_attempts" counts retries: 5 attempts in all;
+#: standard mode: throttling, 5xx and connection errors).
 SDK_MAX_ATTEMPTS = 4
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 20.0
