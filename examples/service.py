@@ -13,7 +13,8 @@ Endpoints:
 One :class:`alance.LanceDataset` handle serves every request: concurrent takes on it share
 reads, and its store client and caches are reused. Appends go through ``insert`` (serialised
 by a lock; ``compact_after`` compacts once small fragments pile up), and ``/count`` and scans
-pick up commits by other writers with ``checkout_latest``.
+pick up commits by other writers with ``checkout_latest``. Its load test, against the same
+service on pylance: ``benchmarks/service_load.py`` (figures in the README).
 """
 
 from __future__ import annotations
