@@ -21,7 +21,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from alance.errors import (
@@ -75,6 +75,19 @@ class AwsSettings:
     no_credentials: tuple[str, ...] = ()
     #: what the credentials are for, in messages.
     target: str = "DynamoDB"
+    #: the storage options and endpoint these settings were resolved from: a pickled copy
+    #: resolves again where it is unpickled (as the S3 store does), so credentials found in
+    #: the driver's environment or profile do not travel to workers.
+    origin: tuple[tuple[tuple[str, str], ...], str | None] | None = field(
+        default=None, repr=False, compare=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.origin is None:
+            return (type(self), (self.endpoint, self.region, self.access_key_id,
+                                 self.secret_access_key, self.session_token, self.profile,
+                                 self.source, self.no_credentials, self.target))
+        options, endpoint = self.origin
+        return (_resolved_again, (dict(options), endpoint, self.target))
 
     def __repr__(self) -> str:  # never show secrets
         return (f"AwsSettings(endpoint={self.endpoint!r}, region={self.region!r}, "
@@ -129,8 +142,16 @@ class AwsSettings:
         missing: tuple[str, ...] = ()
         if isinstance(resolved.provider, aws_credentials.NoCredentials):
             missing = tuple(resolved.tried)
+        wanted = {k for keys in _ALIASES.values() for k in keys} | {"profile", "aws_profile"}
+        origin = (tuple((k, str(v)) for k, v in lowered.items() if k in wanted and v), endpoint)
         return cls(endpoint or None, region, creds[0], creds[1], creds[2], profile=profile,
-                   source=resolved.source or "none", no_credentials=missing, target=target)
+                   source=resolved.source or "none", no_credentials=missing, target=target,
+                   origin=origin)
+
+
+def _resolved_again(options: dict[str, str], endpoint: str | None, target: str) -> AwsSettings:
+    """Unpickling: resolve the settings again in this process."""
+    return AwsSettings.from_storage_options(options, endpoint, target=target)
 
 
 # -- client registry -----------------------------------------------------------------------------

@@ -161,3 +161,20 @@ async def test_no_credentials_names_the_table(aws_home: Path,
     with pytest.raises(PermissionDeniedError,
                        match=r"no credentials found for DynamoDB table t1; tried: .*environment"):
         await aws.client("dynamodb", settings)
+
+
+def test_pickled_settings_resolve_again(aws_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    _write_profile(aws_home, "default", "AKIDDRIVER", region="eu-west-1")
+    settings = aws.AwsSettings.from_storage_options({"dynamodb_endpoint": "http://x"},
+                                                    "http://x", target="DynamoDB table t")
+    assert settings.access_key_id == "AKIDDRIVER"
+    blob = pickle.dumps(settings)
+    assert b"AKIDDRIVER" not in blob  # the driver's profile keys stay on the driver
+    _write_profile(aws_home, "default", "AKIDWORKER", region="eu-west-2")
+    again = pickle.loads(blob)
+    assert (again.access_key_id, again.region, again.endpoint, again.target) == (
+        "AKIDWORKER", "eu-west-2", "http://x", "DynamoDB table t")
+    explicit = aws.AwsSettings(access_key_id="a", secret_access_key="b", region="r")
+    assert pickle.loads(pickle.dumps(explicit)) == explicit
