@@ -13,7 +13,8 @@ Endpoints:
 One :class:`alance.LanceDataset` handle serves every request: concurrent takes on it share
 reads, and its store client and caches are reused. Appends go through ``insert`` (serialised
 by a lock; ``compact_after`` compacts once small fragments pile up), and ``/count`` and scans
-pick up commits by other writers with ``checkout_latest``.
+pick up commits by other writers with ``checkout_latest``. Its load test, against the same
+service on pylance: ``benchmarks/service_load.py`` (figures in the README).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import gc
 import json
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,21 @@ import alance
 
 #: Compact once this many small fragments exist (the opt-in auto-compaction of ``insert``).
 COMPACT_AFTER = 8
+
+
+async def stream_ndjson(request: web.Request, first: pa.RecordBatch | None,
+                        next_batch: Callable[[], Awaitable[pa.RecordBatch | None]],
+                        ) -> web.StreamResponse:
+    """Stream ``first`` and the batches ``next_batch()`` gives (until ``None``) as NDJSON."""
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await response.prepare(request)
+    batch = first
+    while batch is not None:
+        lines = "".join(json.dumps(row, default=str) + "\n" for row in batch.to_pylist())
+        await response.write(lines.encode())
+        batch = await next_batch()
+    await response.write_eof()
+    return response
 
 
 class Service:
@@ -66,15 +83,7 @@ class Service:
             first = await anext(batches, None)
         except alance.InvalidInputError as exc:
             raise web.HTTPBadRequest(text=str(exc)) from exc
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        batch = first
-        while batch is not None:
-            lines = "".join(json.dumps(row, default=str) + "\n" for row in batch.to_pylist())
-            await response.write(lines.encode())
-            batch = await anext(batches, None)
-        await response.write_eof()
-        return response
+        return await stream_ndjson(request, first, lambda: anext(batches, None))
 
     async def append(self, request: web.Request) -> web.Response:
         rows: Any = await request.json()

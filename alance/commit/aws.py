@@ -6,9 +6,10 @@ when that loop shuts down its async generators (``asyncio.run`` and ``asyncio.Ru
 when :func:`close_clients` is awaited, or at interpreter exit for alance's background loop.
 
 Settings come from pylance-style storage options (``aws_access_key_id``,
-``aws_secret_access_key``, ``aws_session_token``, ``aws_region``, with or without the ``aws_``
-prefix); what is not given falls back to botocore's usual chain (environment, config files,
-instance metadata).
+``aws_secret_access_key``, ``aws_session_token``, ``aws_region``, ``profile``, with or without
+the ``aws_`` prefix); credentials and region not given there are resolved as for ``s3://``
+(:mod:`alance.io.aws_credentials`: environment, web identity, the profile's shared files,
+container, instance metadata), so one profile serves both the S3 store and DynamoDB.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from alance.errors import (
@@ -33,7 +34,8 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 
-#: botocore's own attempts per call (standard mode: throttling, 5xx and connection errors).
+#: botocore's own retries per call (its "max_attempts" counts retries: 5 attempts in all;
+#: standard mode: throttling, 5xx and connection errors).
 SDK_MAX_ATTEMPTS = 4
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 20.0
@@ -50,21 +52,62 @@ _ALIASES = {
 
 @dataclass(frozen=True)
 class AwsSettings:
-    """Where and as whom to call an AWS service (``None``: botocore's default chain)."""
+    """Where and as whom to call an AWS service.
+
+    Built by :meth:`from_storage_options`, which resolves credentials and region exactly as the
+    S3 side does (:mod:`alance.io.aws_credentials`): static keys (storage options, environment,
+    the profile's files) are carried here; sources botocore implements the same way
+    (``credential_process``, web identity, container, instance metadata) are left to a botocore
+    session for ``profile``.
+    """
 
     endpoint: str | None = None
     region: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    #: the AWS profile a botocore session resolves credentials from when no keys are given
+    #: (``None``: botocore's default chain).
+    profile: str | None = None
+    #: where the credentials come from, e.g. ``"profile 'dev' in /home/u/.aws/credentials"``.
+    source: str = ""
+    #: when set, no source gives credentials: the sources tried, for the error.
+    no_credentials: tuple[str, ...] = ()
+    #: what the credentials are for, in messages.
+    target: str = "DynamoDB"
+    #: the storage options and endpoint these settings were resolved from: a pickled copy
+    #: resolves again where it is unpickled (as the S3 store does), so credentials found in
+    #: the driver's environment or profile do not travel to workers.
+    origin: tuple[tuple[tuple[str, str], ...], str | None] | None = field(
+        default=None, repr=False, compare=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.origin is None:
+            return (type(self), (self.endpoint, self.region, self.access_key_id,
+                                 self.secret_access_key, self.session_token, self.profile,
+                                 self.source, self.no_credentials, self.target))
+        options, endpoint = self.origin
+        return (_resolved_again, (dict(options), endpoint, self.target))
 
     def __repr__(self) -> str:  # never show secrets
-        return f"AwsSettings(endpoint={self.endpoint!r}, region={self.region!r})"
+        return (f"AwsSettings(endpoint={self.endpoint!r}, region={self.region!r}, "
+                f"profile={self.profile!r}, source={self.source!r})")
 
     @classmethod
     def from_storage_options(cls, options: Mapping[str, Any] | None,
-                             endpoint: str | None = None) -> AwsSettings:
-        """Settings from pylance-style storage options (keys are case-insensitive)."""
+                             endpoint: str | None = None, *,
+                             target: str = "DynamoDB") -> AwsSettings:
+        """Settings from pylance-style storage options (keys are case-insensitive).
+
+        Credentials and region are resolved as for ``s3://`` (see
+        :mod:`alance.io.aws_credentials`): storage options, the environment, web identity, the
+        profile (storage option ``profile``, else ``AWS_PROFILE``, else ``default``) in the
+        shared files (static keys or ``credential_process``), container credentials,
+        instance metadata. The region: storage options, ``AWS_REGION`` /
+        ``AWS_DEFAULT_REGION``, the profile's ``region``, else ``us-east-1``.
+        """
+        from alance.io import aws_credentials
+
         lowered = {str(k).lower(): v for k, v in (options or {}).items()}
         found: dict[str, str | None] = {}
         for name, keys in _ALIASES.items():
@@ -72,16 +115,49 @@ class AwsSettings:
         if bool(found["access_key_id"]) != bool(found["secret_access_key"]):
             raise InvalidInputError("give both aws_access_key_id and aws_secret_access_key, "
                                     "or neither")
+        explicit = lowered.get("profile") or lowered.get("aws_profile")
+        config: dict[str, Any] = {}
+        if found["access_key_id"]:
+            config["access_key_id"] = found["access_key_id"]
+            config["secret_access_key"] = found["secret_access_key"]
+        if found["region"]:
+            config["region"] = found["region"]
+        resolved = aws_credentials.resolve("", config, str(explicit) if explicit else None,
+                                           target=target)
         region = (found["region"] or os.environ.get("AWS_REGION")
-                  or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION)
-        return cls(endpoint or None, region, found["access_key_id"],
-                   found["secret_access_key"], found["session_token"])
+                  or os.environ.get("AWS_DEFAULT_REGION") or resolved.config.get("region")
+                  or DEFAULT_REGION)
+        profile = (str(explicit) if explicit else None) or os.environ.get(
+            "AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or None
+        creds: tuple[str | None, str | None, str | None] = (None, None, None)
+        if found["access_key_id"]:
+            creds = (found["access_key_id"], found["secret_access_key"],
+                    found["session_token"])
+        elif resolved.source.startswith("environment"):
+            creds = (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"],
+                    os.environ.get("AWS_SESSION_TOKEN") or None)
+        elif resolved.config.get("access_key_id"):
+            creds = (resolved.config["access_key_id"], resolved.config["secret_access_key"],
+                    resolved.config.get("session_token"))
+        missing: tuple[str, ...] = ()
+        if isinstance(resolved.provider, aws_credentials.NoCredentials):
+            missing = tuple(resolved.tried)
+        wanted = {k for keys in _ALIASES.values() for k in keys} | {"profile", "aws_profile"}
+        origin = (tuple((k, str(v)) for k, v in lowered.items() if k in wanted and v), endpoint)
+        return cls(endpoint or None, region, creds[0], creds[1], creds[2], profile=profile,
+                   source=resolved.source or "none", no_credentials=missing, target=target,
+                   origin=origin)
+
+
+def _resolved_again(options: dict[str, str], endpoint: str | None, target: str) -> AwsSettings:
+    """Unpickling: resolve the settings again in this process."""
+    return AwsSettings.from_storage_options(options, endpoint, target=target)
 
 
 # -- client registry -----------------------------------------------------------------------------
 _session_lock = threading.Lock()
-_session: Any = None
-_warmed: set[str] = set()
+_sessions: dict[str | None, Any] = {}
+_warmed: set[tuple[str, str | None]] = set()
 
 
 #: What to install for DynamoDB commits (aiobotocore is not a core dependency).
@@ -102,19 +178,20 @@ def require_sdk() -> None:
             f"pip install '{EXTRA}'")
 
 
-def _aio_session() -> Any:
-    global _session
+def _aio_session(profile: str | None = None) -> Any:
+    """The process's aiobotocore session for ``profile`` (``None``: the default chain)."""
     with _session_lock:
-        if _session is None:
+        session = _sessions.get(profile)
+        if session is None:
             require_sdk()
-            from aiobotocore.session import get_session
+            from aiobotocore.session import AioSession
 
-            _session = get_session()
-        return _session
+            session = _sessions[profile] = AioSession(profile=profile)
+        return session
 
 
-def _warm_up(service: str) -> None:
-    session = _aio_session()
+def _warm_up(service: str, profile: str | None) -> None:
+    session = _aio_session(profile)
     session.warm_up_loader_caches(service)
     with contextlib.suppress(Exception):  # a broken profile surfaces when the client is made
         session.get_scoped_config()
@@ -161,8 +238,14 @@ def _loop_clients() -> _LoopClients:
 async def client(service: str, settings: AwsSettings) -> Any:
     """The shared aiobotocore client for ``service`` with ``settings`` on the running loop."""
     holder = _loop_clients()
+    if settings.no_credentials:
+        from alance.io.aws_credentials import no_credentials
+
+        raise no_credentials("", settings.no_credentials, settings.target)
+    # With keys in hand the profile only matters for what botocore reads besides credentials.
+    profile = settings.profile
     key = (service, settings.endpoint, settings.region, settings.access_key_id,
-           settings.secret_access_key, settings.session_token)
+           settings.secret_access_key, settings.session_token, profile)
     found = holder.clients.get(key)
     if found is not None:
         return found
@@ -171,12 +254,12 @@ async def client(service: str, settings: AwsSettings) -> Any:
         if found is not None:
             return found
         require_sdk()
-        if service not in _warmed:
+        if (service, profile) not in _warmed:
             # Importing aiobotocore/botocore and loading botocore's JSON models and
             # ~/.aws/config read many files: do that off the event loop, once per process.
-            await asyncio.to_thread(_warm_up, service)
-            _warmed.add(service)
-        session = _aio_session()
+            await asyncio.to_thread(_warm_up, service, profile)
+            _warmed.add((service, profile))
+        session = _aio_session(profile)
         from aiobotocore.config import AioConfig
 
         config = AioConfig(retries={"mode": "standard", "max_attempts": SDK_MAX_ATTEMPTS},
@@ -222,11 +305,11 @@ def _close_at_exit() -> None:
 
 def _forget_after_fork() -> None:
     # The parent's sessions and sockets are not ours to use or close in a forked child.
-    global _session, _loops_lock, _session_lock
+    global _loops_lock, _session_lock
     _loops.clear()
     _loops_lock = threading.Lock()
     _session_lock = threading.Lock()
-    _session = None
+    _sessions.clear()
 
 
 atexit.register(_close_at_exit)
@@ -275,7 +358,7 @@ def map_error(exc: BaseException, what: str) -> AlanceError:
             return InvalidInputError(detail)
         return StoreError(detail)
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
-        return PermissionDeniedError(detail)
+        return PermissionDeniedError(f"no credentials found: {detail}")
     if isinstance(exc, (bx.HTTPClientError, bx.ConnectionError, asyncio.TimeoutError,
                         ConnectionError, OSError)):
         return TransientStoreError(detail)

@@ -22,8 +22,10 @@ The endpoint comes from the storage option ``dynamodb_endpoint``, else the envir
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlparse
@@ -42,6 +44,7 @@ from alance.errors import (
     NotFoundError,
     TransientStoreError,
 )
+from alance.io.deadline import DEFAULT_SLOW_WARNING
 
 #: The URI scheme and its one query parameter, as pylance spells them.
 URI_SCHEME = "s3+ddb"
@@ -55,6 +58,8 @@ MAX_ATTEMPTS = 4
 #: How long a conditional create whose outcome is unknown keeps trying to settle it.
 SETTLE_DEADLINE = 30.0
 RETRY_BASE_DELAY = 0.05
+
+log = logging.getLogger(__name__)
 
 _KEY_SCHEMA = {("base_uri", "HASH"): "S", ("version", "RANGE"): "N"}
 _CREATE_CONDITION = "attribute_not_exists(#b) AND attribute_not_exists(#v)"
@@ -125,8 +130,15 @@ class DynamoDBManifestStore(ExternalManifestStore):
                 "base_uri (S) and RANGE key version (N)")
 
     async def _call(self, client: Any, op: str, **params: Any) -> dict[str, Any]:
+        started = time.monotonic()
         try:
             result: dict[str, Any] = await getattr(client, op)(**params)
+            took = time.monotonic() - started
+            if took >= DEFAULT_SLOW_WARNING:
+                log.warning("slow DynamoDB %s on %s: %.3g s (slow_warning is %.3g s)", op,
+                            self.table_name, took, DEFAULT_SLOW_WARNING)
+            elif log.isEnabledFor(logging.DEBUG):
+                log.debug("DynamoDB %s on %s in %.2f ms", op, self.table_name, took * 1e3)
             return result
         except Exception as exc:
             if aws.error_code(exc) == "ConditionalCheckFailedException":
@@ -139,10 +151,16 @@ class DynamoDBManifestStore(ExternalManifestStore):
         for attempt in range(MAX_ATTEMPTS):
             try:
                 return await self._call(client, op, **params)
-            except TransientStoreError:
+            except TransientStoreError as exc:
                 if attempt == MAX_ATTEMPTS - 1:
+                    log.warning("DynamoDB %s on %s: giving up after %d attempts: %s", op,
+                                self.table_name, attempt + 1, exc)
                     raise
-            await asyncio.sleep(_delay(attempt))
+                pause = _delay(attempt)
+                log.info("DynamoDB %s on %s: transient failure (attempt %d of %d), retrying "
+                         "in %.3f s: %s", op, self.table_name, attempt + 1, MAX_ATTEMPTS,
+                         pause, exc)
+                await asyncio.sleep(pause)
         raise AssertionError("unreachable")
 
     def _item(self, base_uri: str, entry: ExternalEntry) -> dict[str, Any]:
@@ -307,5 +325,6 @@ class DynamoDBCommitHandler(ExternalManifestCommitHandler):
         """The handler an ``s3+ddb://...?ddbTableName=T`` URI asks for."""
         _, table = parse_ddb_uri(uri)
         settings = aws.AwsSettings.from_storage_options(
-            storage_options, endpoint=dynamodb_endpoint(storage_options))
+            storage_options, endpoint=dynamodb_endpoint(storage_options),
+            target=f"DynamoDB table {table}")
         return cls(table, settings, committer=committer, on_step=on_step)

@@ -133,13 +133,16 @@ def profile_sections(profile: str) -> tuple[dict[str, str], dict[str, str], str,
 
 
 def resolve(bucket: str, config: Mapping[str, Any], profile: str | None,
-            metadata_endpoint: str | None = None) -> Resolved:
+            metadata_endpoint: str | None = None, *, target: str | None = None) -> Resolved:
     """Resolve credentials, region and endpoint for ``s3://bucket``.
 
     ``config`` is the obstore config from storage options (plain key names); ``profile`` the
-    ``profile`` storage option. Returns what to add to the config, or a provider.
+    ``profile`` storage option. Returns what to add to the config, or a provider. ``target``
+    names what the credentials are for in error messages (default ``s3://bucket``; the
+    DynamoDB commit store resolves its credentials here too).
     """
     out = Resolved()
+    what = target or f"s3://{bucket}"
     explicit_profile = profile is not None
     profile = profile or _env("AWS_PROFILE") or _env("AWS_DEFAULT_PROFILE") or "default"
     creds, conf, cred_path, conf_path = profile_sections(profile)
@@ -216,7 +219,7 @@ def resolve(bucket: str, config: Mapping[str, Any], profile: str | None,
     out.tried.append(f"{where} in the config file {conf_path} "
                      f"({'no keys or credential_process' if conf else 'absent'})")
     if explicit_profile:
-        raise PermissionDeniedError(f"no credentials found for s3://{bucket}: the AWS "
+        raise PermissionDeniedError(f"no credentials found for {what}: the AWS "
                                     f"{where} has none; tried: " + "; ".join(out.tried))
     if (_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
             or _env("AWS_CONTAINER_CREDENTIALS_FULL_URI")
@@ -227,11 +230,11 @@ def resolve(bucket: str, config: Mapping[str, Any], profile: str | None,
     out.tried.append("container credentials (AWS_CONTAINER_CREDENTIALS_* not set)")
     if _truthy_env("AWS_EC2_METADATA_DISABLED"):
         out.tried.append("instance metadata (AWS_EC2_METADATA_DISABLED)")
-        out.provider = NoCredentials(bucket, out.tried)
+        out.provider = NoCredentials(bucket, out.tried, what)
         return out
     endpoint = (metadata_endpoint or _env("AWS_EC2_METADATA_SERVICE_ENDPOINT")
                 or DEFAULT_IMDS_ENDPOINT)
-    out.provider = InstanceMetadata(endpoint, bucket, out.tried)
+    out.provider = InstanceMetadata(endpoint, bucket, out.tried, what)
     out.source = f"instance metadata at {endpoint}"
     return out
 
@@ -317,28 +320,32 @@ class CredentialProcess(_Cached):
 class NoCredentials:
     """A provider that always fails with the list of sources tried."""
 
-    def __init__(self, bucket: str, tried: list[str]) -> None:
+    def __init__(self, bucket: str, tried: list[str], target: str | None = None) -> None:
         self.bucket = bucket
         self.tried = tried
+        self.target = target
 
     def __call__(self) -> dict[str, Any]:
-        raise no_credentials(self.bucket, self.tried)
+        raise no_credentials(self.bucket, self.tried, self.target)
 
 
-def no_credentials(bucket: str, tried: list[str]) -> PermissionDeniedError:
-    """The error for an S3 store no credential source could serve."""
-    return PermissionDeniedError(f"no credentials found for s3://{bucket}; tried: "
-                                 + "; ".join(tried))
+def no_credentials(bucket: str, tried: list[str] | tuple[str, ...],
+                   target: str | None = None) -> PermissionDeniedError:
+    """The error for an S3 store (or ``target``) no credential source could serve."""
+    return PermissionDeniedError(f"no credentials found for {target or 's3://' + bucket}; "
+                                 "tried: " + "; ".join(tried))
 
 
 class InstanceMetadata(_Cached):
     """Role credentials from the EC2 instance metadata service (IMDSv2 token, else v1)."""
 
-    def __init__(self, endpoint: str, bucket: str, tried: list[str]) -> None:
+    def __init__(self, endpoint: str, bucket: str, tried: list[str],
+                 target: str | None = None) -> None:
         super().__init__()
         self.endpoint = endpoint.rstrip("/")
         self.bucket = bucket
         self.tried = tried
+        self.target = target
 
     def __repr__(self) -> str:
         return f"InstanceMetadata({self.endpoint!r})"
@@ -368,4 +375,5 @@ class InstanceMetadata(_Cached):
         except (OSError, ValueError, KeyError, IndexError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise no_credentials(self.bucket, [
-                *self.tried, f"instance metadata at {self.endpoint} ({reason})"]) from exc
+                *self.tried, f"instance metadata at {self.endpoint} ({reason})"],
+                self.target) from exc

@@ -33,6 +33,9 @@ from alance.errors import InvalidInputError
 #: Seconds one store operation may take, all its attempts included, unless the storage option
 #: ``deadline`` says otherwise.
 DEFAULT_DEADLINE = 60.0
+#: A store operation (retries included) slower than this many seconds is logged at WARNING
+#: (storage option ``slow_warning``).
+DEFAULT_SLOW_WARNING = 10.0
 
 _CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "alance_call_deadline", default=None)

@@ -58,7 +58,7 @@ _PREFIXES = {"s3": ("aws_",), "gs": ("google_", "gcs_"), "az": ("azure_storage_"
 
 #: Options alance itself understands (taken out before the rest goes to obstore).
 ALANCE_KEYS = {"max_concurrency", "coalesce_bytes", "max_retries", "retry_timeout",
-               "dynamodb_endpoint", "profile", "deadline"}
+               "dynamodb_endpoint", "profile", "deadline", "slow_warning"}
 
 #: One HTTP request to S3 may take this long (storage option ``timeout``), so that a retry
 #: still fits in the default per-operation deadline of 60 s.

@@ -37,7 +37,7 @@ from alance.errors import (
 )
 from alance.io.backends import Backend, Buffer, ObstoreBackend, Upload, obstore_usable
 from alance.io.block_cache import BlockCache, shared_cache
-from alance.io.deadline import DEFAULT_DEADLINE, call_deadline
+from alance.io.deadline import DEFAULT_DEADLINE, DEFAULT_SLOW_WARNING, call_deadline
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,12 @@ class DatasetStore:
         deadline: seconds one operation may take, every attempt, backoff pause and wait for
             an in-flight slot included (:mod:`alance.io.deadline`); then
             :class:`~alance.errors.DeadlineExceededError`.
+        slow_warning: an operation that takes longer than this many seconds (the same span
+            as ``deadline``) is logged at WARNING on ``alance.io.store``; faster ones at DEBUG.
+
+    Logging (``alance.io.store``): every operation when done at DEBUG (what, how long,
+    attempts), transient failures and their backoff at INFO, slow operations, retries run out
+    and deadlines exceeded at WARNING.
     """
 
     def __init__(self, backend: Backend, root: str, *, uri: str,
@@ -171,15 +177,19 @@ class DatasetStore:
                  scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
                  tail_bytes: int = DEFAULT_TAIL_BYTES,
                  block_cache_bytes: int = 0,
-                 deadline: float = DEFAULT_DEADLINE) -> None:
+                 deadline: float = DEFAULT_DEADLINE,
+                 slow_warning: float = DEFAULT_SLOW_WARNING) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
             raise InvalidInputError("max_retries must be >= 0")
         if not deadline > 0:
             raise InvalidInputError("deadline must be positive")
+        if not slow_warning > 0:
+            raise InvalidInputError("slow_warning must be positive")
         self.max_retries = max_retries
         self.deadline = deadline
+        self.slow_warning = slow_warning
         self._backend_obj = backend
         self._after_fork = after_fork
         self.root = root.strip("/")
@@ -256,12 +266,24 @@ class DatasetStore:
         return DeadlineExceededError(f"{self.uri}: {what} did not finish within its deadline "
                                      f"of {bound:.3g} s{why}")
 
+    def _done(self, what: str, started: float, attempts: int) -> None:
+        """Log a finished operation: WARNING when slower than ``slow_warning``, else DEBUG."""
+        took = time.monotonic() - started
+        if took >= self.slow_warning:
+            log.warning("%s: slow %s: %.3g s (slow_warning is %.3g s), %d attempt(s)",
+                        self.uri, what, took, self.slow_warning, attempts)
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %s in %.2f ms, %d attempt(s)", self.uri, what, took * 1e3,
+                      attempts)
+
     async def _bounded(self, call: Awaitable[T], what: str) -> T:
         """Await ``call`` (one attempt, no retry) within the operation deadline."""
         started, end = self._end()
         try:
             async with asyncio.timeout(max(0.0, end - started)):
-                return await call
+                result = await call
+            self._done(what, started, 1)
+            return result
         except TimeoutError as exc:
             if isinstance(exc, AlanceError):
                 raise
@@ -280,7 +302,9 @@ class DatasetStore:
             try:
                 async with asyncio.timeout(remaining):
                     async with self._sem:
-                        return await call(self.backend)
+                        result = await call(self.backend)
+                self._done(what, started, attempt + 1)
+                return result
             except TransientStoreError as exc:
                 last = exc
                 if attempt == self.max_retries:
@@ -359,8 +383,10 @@ class DatasetStore:
         _count(len(batches), len(pieces), sum(e - s for s, e in pieces))
 
         async def fetch(batch: list[tuple[int, int]]) -> list[Buffer]:
-            return list(await self._retrying(lambda b: b.get_ranges(key, batch, 0),
-                                             f"range read of {path}"))
+            return list(await self._retrying(
+                lambda b: b.get_ranges(key, batch, 0),
+                f"read of {len(batch)} range(s), {sum(e - s for s, e in batch)} bytes, "
+                f"of {path}"))
 
         if len(batches) == 1:
             fetched = await fetch(batches[0])
@@ -460,7 +486,8 @@ class DatasetStore:
         lister = getattr(self.backend, "list_names", None)  # optional (see Backend)
         found: builtins.list[str] | None = None
         if lister is not None:
-            found = await self._retrying(lambda b: cast(Any, b).list_names(key))
+            found = await self._retrying(lambda b: cast(Any, b).list_names(key),
+                                         f"list of names under {prefix}")
         if found is None:
             return [m.path for m in await self.list(prefix)
                     if m.path.rsplit("/", 1)[0] == prefix.rstrip("/")]

@@ -136,7 +136,8 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     plus alance's own: ``max_concurrency`` (requests in flight, default 16 locally and 64 for
     cloud stores), ``coalesce_bytes`` (4 KiB local, 1 MiB cloud), ``max_retries``,
     ``deadline`` (seconds one store operation may take, retries included: default 60; see
-    :mod:`alance.io.deadline`), ``profile`` (the AWS profile for ``s3://``), and
+    :mod:`alance.io.deadline`), ``slow_warning`` (store operations slower than this are logged
+    at WARNING: default 10 s), ``profile`` (the AWS profile for ``s3://``), and
     ``wrap_backend`` (a callable that wraps the byte-moving backend, e.g. to inject faults or
     count requests in tests).
     """
@@ -162,6 +163,9 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
                 raise InvalidInputError(f"storage option {name} must be an integer") from exc
     if "deadline" in options:
         policy["deadline"] = deadline_seconds(options.pop("deadline"))
+    if "slow_warning" in options:
+        policy["slow_warning"] = deadline_seconds(options.pop("slow_warning"),
+                                                  "slow_warning")
     concurrency: int | None = policy.pop("max_concurrency", None)
     max_concurrency = DEFAULT_MAX_CONCURRENCY if concurrency is None else concurrency
     options.pop("dynamodb_endpoint", None)  # used by the DynamoDB commit handler

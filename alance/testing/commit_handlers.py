@@ -156,8 +156,9 @@ class CommitHandlerConformance:
                                            commit_handler=setup.make())
         expected = sorted([*range(5), *(1000 * (w + 1) + 10 * k + j for w in range(writers)
                                         for k in range(per_writer) for j in range(5))])
-        assert ds.version == 1 + writers * per_writer
-        assert [v["version"] for v in await ds.versions()] == list(range(1, ds.version + 1))
+        versions = [v["version"] for v in await ds.versions()]
+        assert ds.version == 1 + writers * per_writer, (ds.version, versions)
+        assert versions == list(range(1, ds.version + 1))
         assert _ids(await ds.to_table()) == expected
         if setup.pylance_can_read and importlib.util.find_spec("lance") is not None:
             import lance

@@ -305,11 +305,23 @@ class _CommitLoop:
                         # A version cleanup removed since: skipped, as pylance skips it
                         # (config and metadata changes rebase onto the newest state).
                         continue
-                    state.check(other, version)
+                    try:
+                        state.check(other, version)
+                    except CommitConflictError as exc:
+                        log.info("%s: a %s read at version %d conflicts with version %d; "
+                                 "not rebased: %s", self.store.uri, state.name, checked,
+                                 version, exc)
+                        raise
                     if other is not None:
                         others.append((version, other))
                 if self.check is not None and others:
-                    await self.check(others, latest)
+                    try:
+                        await self.check(others, latest)
+                    except CommitConflictError as exc:
+                        log.info("%s: a %s read at version %d conflicts with the commits up "
+                                 "to version %d; not rebased: %s", self.store.uri, state.name,
+                                 checked, latest.version, exc)
+                        raise
                 log.info("%s: rebasing a %s from version %d onto version %d (%d commits "
                          "in between)", self.store.uri, state.name, checked, latest.version,
                          len(others))
@@ -335,7 +347,10 @@ class _CommitLoop:
                     return outcome
                 if attempt >= max_retries:
                     raise
-                await asyncio.sleep(backoff_delay(attempt))
+                pause = backoff_delay(attempt)
+                log.info("%s: commit of version %d failed (%s); the version is still free, "
+                         "retrying in %.3f s", self.store.uri, mf.manifest.version, exc, pause)
+                await asyncio.sleep(pause)
                 continue  # the version is still free: try the same commit again
             except CommitConflictError:
                 last = max_retries == 0 or (attempt >= max_retries and (
@@ -351,12 +366,17 @@ class _CommitLoop:
                         f"a dataset already exists at {self.store.uri}") from None
                 if last:
                     break
+                pause = backoff_delay(attempt, time.monotonic() - started)
                 if attempt >= max_retries:
                     log.info("commit to %s lost %d races; retrying until its deadline",
                              self.store.uri, attempt + 1)
+                else:
+                    log.info("%s: commit conflict: version %d was taken by another writer "
+                             "(attempt %d); catching up in %.3f s", self.store.uri,
+                             mf.manifest.version, attempt + 1, pause)
                 # Pause first, then catch up: the newest version is then as fresh as it can be
                 # when the next attempt is made.
-                await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
+                await asyncio.sleep(pause)
                 catch_up = True
                 continue
             committed_here(encoded)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from alance.dataset.maintenance.compaction import (
     external_files,
     reserve_fragment_ids,
     rewrite_task,
+    rows_progress,
 )
 from alance.dataset.maintenance.compaction_plan import (
     CompactionOptions,
@@ -84,13 +85,22 @@ class DistributedCompaction(Job):
         by_id = {int(f.id): f for f in self.snapshot.fragments}
         return [by_id[i] for i in self.groups[index]]
 
-    async def run(self, index: int) -> CompactionPart:
-        """Rewrite group ``index`` into new fragments (nothing committed; removed on error)."""
+    async def run(self, index: int, *,
+                  progress: Callable[[int, int], Any] | None = None) -> CompactionPart:
+        """Rewrite group ``index`` into new fragments (nothing committed; removed on error).
+
+        ``progress(rows_done, rows_total)`` is called as the group's rows are rewritten
+        (``rows_total``: its physical rows), as for :meth:`LanceDataset.compact_files`; it
+        runs where the task runs."""
         group = self._group(index)
+        total = sum(int(f.physical_rows) for f in group)
+        advance = rows_progress(total, progress)
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         try:
+            if progress is not None:
+                progress(0, total)
             new = await rewrite_task(ReadContext(store, self.snapshot), CompactionTask(group),
-                                     self.options)
+                                     self.options, advance)
         except BaseException:
             await discard(store, recorder)
             raise

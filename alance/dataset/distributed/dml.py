@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,18 +90,24 @@ class DistributedDelete(Job):
         """The fragment ids of this version in groups, one group per task."""
         return _groups(self.snapshot, fragments_per_task)
 
-    async def run(self, fragment_ids: Iterable[int]) -> DeletionPart:
+    async def run(self, fragment_ids: Iterable[int], *,
+                  progress: Callable[[int, int], Any] | None = None) -> DeletionPart:
         """Delete the matching rows of these fragments (deletion files written, nothing
-        committed). On error the files written are deleted again."""
+        committed). On error the files written are deleted again.
+
+        ``progress(rows_scanned, rows_total)`` is called as the fragments' rows are
+        searched (``rows_total``: their physical rows); it runs where the task runs."""
         ids = _checked_ids(self.snapshot, fragment_ids)
         if not ids:
             return DeletionPart()
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         ctx = ReadContext(store, self.snapshot)
-        addresses = await fragment_addresses(ctx, self.predicate, ids)
-        by_fragment = split_addresses(addresses)
+        report = _FragmentProgress(self.snapshot, ids, progress)
         written = WrittenFiles()
         try:
+            addresses = await fragment_addresses(ctx, self.predicate, ids,
+                                                 report.fragment_done)
+            by_fragment = split_addresses(addresses)
             updated, removed = await apply_deletions(ctx, by_fragment, written)
         except BaseException:
             await written.remove_all(store)
@@ -166,11 +172,42 @@ def _merged(parts: list[DeletionPart],
 
 
 async def fragment_addresses(ctx: ReadContext, predicate: str | pc.Expression, ids: list[int],
-                     ) -> np.ndarray:
-    """Row addresses (uint64) of the live rows of fragments ``ids`` matching ``predicate``."""
-    scanner = Scanner(ctx, columns=[], filter=predicate, with_row_address=True, fragments=ids)
-    parts = [b.column(ROW_ADDRESS).to_numpy() async for b in scanner.to_batches()]
+                             fragment_done: Callable[[int], None] | None = None,
+                             ) -> np.ndarray:
+    """Row addresses (uint64) of the live rows of fragments ``ids`` matching ``predicate``
+    (``fragment_done(id)`` after each fragment is searched, when given)."""
+    parts: list[np.ndarray] = []
+    for group in ([ids] if fragment_done is None else [[i] for i in ids]):
+        scanner = Scanner(ctx, columns=[], filter=predicate, with_row_address=True,
+                          fragments=group)
+        parts.extend([b.column(ROW_ADDRESS).to_numpy() async for b in scanner.to_batches()])
+        if fragment_done is not None:
+            fragment_done(group[0])
     return np.concatenate(parts).astype(np.uint64) if parts else np.empty(0, np.uint64)
+
+
+class _FragmentProgress:
+    """``progress(rows_done, rows_total)`` of a task over whole fragments (physical rows)."""
+
+    def __init__(self, snapshot: Snapshot, ids: list[int],
+                 progress: Callable[[int, int], Any] | None) -> None:
+        rows = {int(f.id): int(f.physical_rows) for f in snapshot.fragments}
+        self.rows = {i: rows.get(i, 0) for i in ids}
+        self.total = sum(self.rows.values())
+        self.done = 0
+        self.progress = progress
+        if progress is not None:
+            progress(0, self.total)
+
+    @property
+    def fragment_done(self) -> Callable[[int], None] | None:
+        """The per-fragment hook (``None`` without a callback: fragments scanned together)."""
+        return None if self.progress is None else self._done
+
+    def _done(self, fragment_id: int) -> None:
+        self.done += self.rows.get(fragment_id, 0)
+        assert self.progress is not None
+        self.progress(self.done, self.total)
 
 
 async def plan_delete(uri: str | os.PathLike[str], predicate: str, *,
@@ -223,31 +260,42 @@ class DistributedUpdate(Job):
         """The fragment ids of this version in groups, one group per task."""
         return _groups(self.snapshot, fragments_per_task)
 
-    async def run(self, fragment_ids: Iterable[int]) -> UpdatePart:
+    async def run(self, fragment_ids: Iterable[int], *,
+                  progress: Callable[[int, int], Any] | None = None) -> UpdatePart:
         """Rewrite the matching rows of these fragments (new fragments and deletion files
-        written, nothing committed; removed again on error)."""
+        written, nothing committed; removed again on error).
+
+        ``progress(rows_done, rows_total)`` is called as each fragment's matching rows are
+        rewritten (``rows_total``: the fragments' physical rows); it runs where the task
+        runs."""
         ids = _checked_ids(self.snapshot, fragment_ids)
         if not ids:
             return UpdatePart()
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         try:
-            return await self._run(store, ids)
+            return await self._run(store, ids, _FragmentProgress(self.snapshot, ids, progress))
         except BaseException:
             await discard(store, recorder)
             raise
 
-    async def _run(self, store: DatasetStore, ids: list[int]) -> UpdatePart:
+    async def _run(self, store: DatasetStore, ids: list[int],
+                   report: _FragmentProgress) -> UpdatePart:
         ctx = ReadContext(store, self.snapshot)
         compiled = compile_updates(self.snapshot.schema, self.updates)
         target = self.snapshot.schema.to_arrow()
         addresses: list[np.ndarray] = []
-        scanner = Scanner(ctx, filter=self.where, with_row_address=True, fragments=ids)
+        fragment_done = report.fragment_done
 
         async def new_rows() -> AsyncIterator[pa.RecordBatch]:
-            async for batch in scanner.to_batches():
-                addresses.append(batch.column(ROW_ADDRESS).to_numpy())
-                rows = storage_batch(batch.drop_columns([ROW_ADDRESS]), target)
-                yield apply_updates(rows, target, compiled)
+            for group in ([ids] if fragment_done is None else [[i] for i in ids]):
+                scanner = Scanner(ctx, filter=self.where, with_row_address=True,
+                                  fragments=group)
+                async for batch in scanner.to_batches():
+                    addresses.append(batch.column(ROW_ADDRESS).to_numpy())
+                    rows = storage_batch(batch.drop_columns([ROW_ADDRESS]), target)
+                    yield apply_updates(rows, target, compiled)
+                if fragment_done is not None:
+                    fragment_done(group[0])
 
         fragments = await write_rows(ctx, new_rows())
         written = WrittenFiles()

@@ -28,7 +28,7 @@ import asyncio
 import itertools
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,17 +124,22 @@ class DistributedWrite(Job):
         """Where this write's staging records live (relative to the dataset root)."""
         return staging_dir(self.job_id)
 
-    async def write(self, data: Any, schema: pa.Schema | None = None) -> UncommittedFragments:
+    async def write(self, data: Any, schema: pa.Schema | None = None, *,
+                    progress: Callable[[int, int | None], Any] | None = None,
+                    ) -> UncommittedFragments:
         """Write ``data`` (anything :func:`alance.write_dataset` takes) into new fragments.
 
         Columns are matched to the planned schema by name (case-insensitively if no exact
         match) and cast without loss; a value that does not fit, or a null in a non-nullable
         column, raises before anything is reported. On error the files already written are
-        deleted. Nothing is committed.
+        deleted. Nothing is committed. ``progress(rows_written, rows_total)`` is called after
+        each batch is written (``rows_total``: the input's row count when it has one, e.g. a
+        table, else ``None``), as for :func:`alance.write_dataset`; it runs where the task
+        runs.
         """
         store, recorder = recording_store(self.uri, self.storage_options, self.job_id)
         try:
-            fragments, rows = await self.write_to(store, data, schema)
+            fragments, rows = await self.write_to(store, data, schema, progress=progress)
         except BaseException:
             await discard(store, recorder)  # write_fragments deleted the files; records go too
             raise
@@ -142,10 +147,13 @@ class DistributedWrite(Job):
                                     tuple(f.SerializeToString() for f in fragments), rows)
 
     async def write_to(self, store: DatasetStore, data: Any, schema: pa.Schema | None = None,
-                       events: FileEvents | None = None,
+                       events: FileEvents | None = None, *,
+                       progress: Callable[[int, int | None], Any] | None = None,
                        ) -> tuple[list[table_pb2.DataFragment], int]:
         """Write ``data`` as :meth:`write` does, through ``store``, with no staging records:
         the fragments (ids unassigned) and the number of rows. Nothing is committed."""
+        total_rows = getattr(data, "num_rows", None)
+        total_rows = total_rows if isinstance(total_rows, int) else None
         if isinstance(data, Iterator) and schema is None:
             first = await asyncio.to_thread(next, data, None)
             if first is None:  # a task without rows writes nothing
@@ -169,8 +177,10 @@ class DistributedWrite(Job):
             async for batch in regroup(announced(), self.params.rows_per_chunk,
                                        self.params.max_bytes_per_file):
                 out = conform_batch(batch, target)
-                counted[0] += out.num_rows
                 yield out
+                counted[0] += out.num_rows
+                if progress is not None:
+                    progress(counted[0], total_rows)
 
         fragments = await write_fragments(store, self.schema, conformed(), self.params, {},
                                           storage_version=self.data_storage_version,

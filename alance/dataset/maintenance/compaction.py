@@ -76,7 +76,10 @@ Progress = Callable[[int, int], None]
 
 __all__ = ["CompactionMetrics", "CompactionOptions", "CompactionPlan", "CompactionResult",
            "CompactionTask", "commit_rewrite", "compact_files", "external_files", "output_sizes",
-           "plan_compaction", "plan_tasks", "reserve_fragment_ids", "rewrite_task"]
+           "plan_compaction", "plan_tasks", "reserve_fragment_ids", "rewrite_task",
+           "rows_progress"]
+
+
 async def _live_batches(ctx: ReadContext, fragments: Sequence[Fragment], chunk_rows: int,
                         progress: Callable[[int], None]) -> AsyncIterator[pa.RecordBatch]:
     """The live rows of ``fragments`` in order, ``chunk_rows`` physical rows per read.
@@ -252,6 +255,20 @@ async def commit_rewrite(store: DatasetStore, handler: CommitHandler, snapshot: 
                                     max_retries=max_retries)
 
 
+def rows_progress(total: int, progress: Progress | None) -> Callable[[int], None]:
+    """A ``rows_rewritten(n)`` hook that reports the running sum to ``progress(done,
+    total)``."""
+    done = 0
+
+    def advance(rows: int) -> None:
+        nonlocal done
+        done += rows
+        if progress is not None:
+            progress(done, total)
+
+    return advance
+
+
 async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                         options: CompactionOptions, *, progress: Progress | None = None,
                         max_retries: int = DEFAULT_MAX_RETRIES,
@@ -265,15 +282,8 @@ async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: S
     plan = await plan_compaction(store, handler, snapshot, options)
     if not plan.tasks:
         return None, CompactionMetrics()
-    total = sum(int(f.physical_rows) for t in plan.tasks for f in t.fragments)
-    done = 0
-
-    def advance(rows: int) -> None:
-        nonlocal done
-        done += rows
-        if progress is not None:
-            progress(done, total)
-
+    advance = rows_progress(sum(int(f.physical_rows) for t in plan.tasks for f in t.fragments),
+                            progress)
     ctx = ReadContext(store, snapshot)
     sem = asyncio.Semaphore(options.concurrency)
     results: list[list[Fragment] | None] = [None] * len(plan.tasks)
