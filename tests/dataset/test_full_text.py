@@ -268,3 +268,55 @@ def test_without_an_index_the_named_column_is_searched_flat(tmp_path: Path) -> N
     _same(ours, theirs)
     with pytest.raises(alance.InvalidInputError, match="no INVERTED index"):
         al.dataset(uri).to_table(full_text_query="apple")
+
+
+# -- INVERTED indices built by alance -------------------------------------------------------
+@pytest.mark.parametrize("options", [{}, {"stem": False, "remove_stop_words": False},
+                                     {"lower_case": False, "ascii_folding": False},
+                                     {"base_tokenizer": "whitespace", "max_token_length": None}],
+                         ids=["default", "no-stem", "case", "whitespace"])
+def test_alance_built_index_used_by_pylance(tmp_path: Path, options: dict) -> None:
+    uri = str(tmp_path / "ds")
+    al.write_dataset(_table(1500, 7), uri, max_rows_per_file=600)
+    al.dataset(uri).create_scalar_index("text", "INVERTED", **options)
+    assert lance.dataset(uri).list_indices()[0]["type"] == "Inverted"
+    for query in QUERIES:
+        theirs = lance.dataset(uri).to_table(full_text_query=query, with_row_id=True)
+        ours = al.dataset(uri).to_table(full_text_query=query, with_row_id=True)
+        _same(ours, theirs)
+        k = _strict_cut(theirs["_score"].to_pylist(), 8)
+        if k is not None:  # pylance's top-k search (block max scores) over alance's files
+            top = lance.dataset(uri).to_table(full_text_query=query, limit=k, with_row_id=True)
+            _same(top, theirs.slice(0, k))
+
+
+def test_alance_index_optimized_and_stable_row_ids(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    al.write_dataset(_table(700, 8), uri, max_rows_per_file=300, enable_stable_row_ids=True)
+    al.dataset(uri).create_scalar_index("text", "INVERTED")
+    ds = al.write_dataset(_table(300, 9, start=700), uri, mode="append")
+    ds.delete("id % 9 = 0")
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(lance.dataset(uri).describe_indices()[0].segments) == 2
+    for query in ("apple", "searching connections"):
+        _same(al.dataset(uri).to_table(full_text_query=query, with_row_id=True),
+              lance.dataset(uri).to_table(full_text_query=query, with_row_id=True))
+    al.dataset(uri).optimize.optimize_indices()  # merged into one segment again
+    assert len(lance.dataset(uri).describe_indices()[0].segments) == 1
+    _same(al.dataset(uri).to_table(full_text_query="apple", with_row_id=True),
+          lance.dataset(uri).to_table(full_text_query="apple", with_row_id=True))
+
+
+def test_unsupported_analyzers_are_refused_when_building(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    ds = al.write_dataset(_table(50, 1), uri)
+    for options, word in (({"base_tokenizer": "ngram"}, "ngram"),
+                          ({"with_position": True}, "with_position"),
+                          ({"language": "French"}, "language"),
+                          ({"custom_stop_words": ["apple"]}, "custom_stop_words"),
+                          ({"no_such_option": 1}, "no_such_option")):
+        with pytest.raises(alance.UnsupportedFeatureError, match=word):
+            ds.create_scalar_index("text", "INVERTED", **options)
+    with pytest.raises(alance.InvalidInputError):
+        ds.create_scalar_index("id", "INVERTED")
+    assert not lance.dataset(uri).list_indices()

@@ -18,7 +18,8 @@ starts with its maximum score (``f32``); a full block holds the first document i
 the bit width and the bit-packed deltas of the document ids, then the bit width and the
 bit-packed frequencies (128 values in four interleaved 32-bit lanes); the last, partial block
 holds the document-id deltas and the frequencies as LEB128 varints (``varint_delta_v1``) or as
-``u32`` values (``fixed32``, older indices).
+``u32`` values (``fixed32_v1``, format version 1, which alance writes: with an ``arrow`` token
+set and no ``_impacts``).
 
 Scores are Lance's BM25 (``k1 = 1.2``, ``b = 0.75``) over the statistics of all partitions:
 ``idf = ln((N - n + 0.5) / (n + 0.5) + 1)`` and ``tf = (k1 + 1) f / (f + k1 (1 - b + b dl /
@@ -74,11 +75,11 @@ def layout_of(metadata: dict[bytes, bytes]) -> IndexLayout:
     except (ValueError, TypeError) as exc:
         raise CorruptFileError("INVERTED index: bad metadata") from exc
     fmt = metadata.get(b"token_set_format", b"arrow").decode()
-    codec = metadata.get(b"posting_tail_codec", b"fixed32").decode()
+    codec = metadata.get(b"posting_tail_codec", b"fixed32_v1").decode()
     if block != BLOCK_SIZE:
         raise UnsupportedFeatureError(f"INVERTED index posting_block_size={block} is not "
                                       "supported (alance reads 128)")
-    if codec not in ("varint_delta_v1", "fixed32"):
+    if codec not in ("varint_delta_v1", "fixed32_v1"):
         raise UnsupportedFeatureError(f"INVERTED index posting_tail_codec={codec!r} is not "
                                       "supported")
     if fmt not in ("fst", "arrow"):
@@ -241,7 +242,7 @@ def decode_postings(blocks: list[bytes], length: int, codec: str,
         freqs.append(values)
     if rest:
         data = blocks[full]
-        if codec == "fixed32":
+        if codec != "varint_delta_v1":
             ids = np.frombuffer(data, dtype="<u4", count=rest, offset=4)
             fr = np.frombuffer(data, dtype="<u4", count=rest, offset=4 + 4 * rest)
             docs.append(ids.astype(np.uint32))
@@ -273,6 +274,138 @@ def doc_weights(freqs: np.ndarray, doc_tokens: np.ndarray, avgdl: np.float32) ->
     return ((K1 + np.float32(1.0)) * f / (f + norm)).astype(np.float32)
 
 
-__all__ = ["B", "BLOCK_SIZE", "IndexLayout", "K1", "METADATA_FILE", "decode_fst",
-           "decode_postings", "doc_weights", "docs_file", "idf", "invert_file", "layout_of",
-           "tokens_file"]
+
+
+# -- building (format version 1: arrow token set, fixed-width tails) -------------------------
+def _pack4x(values: np.ndarray, bits: int) -> bytes:
+    """128 values as ``bits``-wide fields in four interleaved 32-bit lanes (see
+    :func:`_unpack4x`)."""
+    if not bits:
+        return b""
+    lanes = np.asarray(values, dtype=np.uint64).reshape(32, 4)
+    words = np.zeros((bits + 1, 4), dtype=np.uint64)
+    for i in range(32):
+        start = i * bits
+        word, offset = start // 32, start % 32
+        words[word] |= (lanes[i] << np.uint64(offset)) & np.uint64(0xFFFFFFFF)
+        if offset + bits > 32:
+            words[word + 1] |= lanes[i] >> np.uint64(32 - offset)
+    return words[:bits].astype("<u4").tobytes()
+
+
+def _bits(value: int) -> int:
+    return int(value).bit_length()
+
+
+def encode_postings(docs: np.ndarray, freqs: np.ndarray, block_scores: list[float]) -> list[bytes]:
+    """One posting list as blocks (format version 1: full blocks bit-packed, the last partial
+    block as ``u32`` document ids then ``u32`` frequencies), each led by its maximum score."""
+    out = []
+    docs = np.asarray(docs, dtype=np.uint32)
+    freqs = np.asarray(freqs, dtype=np.uint32)
+    for b, start in enumerate(range(0, len(docs), BLOCK_SIZE)):
+        d = docs[start:start + BLOCK_SIZE]
+        f = freqs[start:start + BLOCK_SIZE]
+        head = struct.pack("<f", block_scores[b])
+        if len(d) == BLOCK_SIZE:
+            deltas = np.diff(d.astype(np.int64), prepend=int(d[0])).astype(np.uint64)
+            dbits = _bits(int(deltas.max()))
+            fbits = _bits(int(f.max()))
+            out.append(head + struct.pack("<IB", int(d[0]), dbits) + _pack4x(deltas, dbits)
+                       + bytes([fbits]) + _pack4x(f, fbits))
+        else:
+            out.append(head + d.astype("<u4").tobytes() + f.astype("<u4").tobytes())
+    return out
+
+
+def block_max_scores(freqs: np.ndarray, doc_tokens: np.ndarray, num_docs: int,
+                     avgdl: np.float32) -> list[float]:
+    """Each block's upper bound of the token's BM25 score (Lance's ``_max_score`` recipe:
+    the block's best ``f / (f + norm)`` times ``idf * (k1 + 1)``, in 32-bit floats)."""
+    f = np.asarray(freqs, dtype=np.float32)
+    dl = np.asarray(doc_tokens, dtype=np.float32)
+    norm = K1 * (np.float32(1.0) - B + B * dl / np.float32(avgdl))
+    part = (f / (f + norm)).astype(np.float32)
+    scale = np.float32(idf(len(f), num_docs) * (K1 + np.float32(1.0)))
+    return [float(np.float32(part[s:s + BLOCK_SIZE].max() * scale))
+            for s in range(0, len(f), BLOCK_SIZE)]
+
+
+@dataclass(frozen=True)
+class BuiltPartition:
+    """The three tables of one partition."""
+
+    tokens: dict[str, object]     # column -> values
+    docs: dict[str, object]
+    invert: dict[str, object]
+    total_tokens: int
+
+
+def build_partition(docs_tokens: list[list[str]], row_ids: np.ndarray) -> BuiltPartition:
+    """A partition over documents given as token lists (empty ones already left out) with
+    their row ids: token ids by first appearance, posting lists by document id."""
+    vocab: dict[str, int] = {}
+    postings: list[dict[int, int]] = []
+    lengths = np.zeros(len(docs_tokens), dtype=np.uint32)
+    for doc, tokens in enumerate(docs_tokens):
+        lengths[doc] = len(tokens)
+        for token in tokens:
+            tid = vocab.get(token)
+            if tid is None:
+                tid = vocab[token] = len(vocab)
+                postings.append({})
+            counts = postings[tid]
+            counts[doc] = counts.get(doc, 0) + 1
+    total = int(lengths.sum())
+    num_docs = len(docs_tokens)
+    avgdl = np.float32(np.float32(total) / np.float32(num_docs)) if num_docs else np.float32(1)
+    blocks: list[list[bytes]] = []
+    max_scores: list[float] = []
+    sizes: list[int] = []
+    for counts in postings:
+        ids = np.fromiter(counts.keys(), dtype=np.uint32, count=len(counts))
+        freqs = np.fromiter(counts.values(), dtype=np.uint32, count=len(counts))
+        scores = block_max_scores(freqs, lengths[ids], num_docs, avgdl)
+        blocks.append(encode_postings(ids, freqs, scores))
+        max_scores.append(max(scores))
+        sizes.append(len(ids))
+    ordered = sorted(vocab.items())
+    return BuiltPartition(
+        tokens={"_token": [t for t, _ in ordered], "_token_id": [i for _, i in ordered]},
+        docs={"_rowid": np.asarray(row_ids, dtype=np.uint64), "_num_tokens": lengths},
+        invert={"_posting": blocks, "_max_score": max_scores, "_length": sizes},
+        total_tokens=total)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def details_bytes(base_tokenizer: str, language: str, with_position: bool,
+                  max_token_length: int | None, lower_case: bool, stem: bool,
+                  remove_stop_words: bool, ascii_folding: bool) -> bytes:
+    """The manifest's ``InvertedIndexDetails`` message (protobuf) for these settings; the
+    language is JSON-quoted as Lance records it."""
+    def text(field: int, value: str) -> bytes:
+        data = value.encode()
+        return _varint(field << 3 | 2) + _varint(len(data)) + data
+
+    def number(field: int, value: int) -> bytes:
+        return _varint(field << 3) + _varint(value) if value else b""
+
+    out = text(1, base_tokenizer) + text(2, json.dumps(language)) + number(3, with_position)
+    if max_token_length is not None:
+        out += _varint(4 << 3) + _varint(max_token_length)
+    return (out + number(5, lower_case) + number(6, stem) + number(7, remove_stop_words)
+            + number(8, ascii_folding) + number(9, 3) + number(10, 3))
+
+
+__all__ = ["B", "BLOCK_SIZE", "BuiltPartition", "IndexLayout", "K1", "METADATA_FILE",
+           "block_max_scores", "build_partition", "decode_fst", "decode_postings",
+           "details_bytes", "doc_weights", "docs_file", "encode_postings", "idf",
+           "invert_file", "layout_of", "tokens_file"]

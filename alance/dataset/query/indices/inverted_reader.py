@@ -17,10 +17,9 @@ from alance._proto import table_pb2
 from alance.dataset.query.indices import inverted
 from alance.dataset.query.indices.reader import IndexReader
 from alance.dataset.query.indices.tokenizer import AnalyzerParams, params_from_json
+from alance.dataset.query.indices.types import INVERTED_URL
 from alance.errors import CorruptFileError
 from alance.io.plans import decode_pool
-
-INVERTED_URL = "/lance.table.InvertedIndexDetails"
 
 
 @dataclass(frozen=True)
