@@ -210,7 +210,7 @@ def test_tokenizer_matches_the_tokens_pylance_indexed(tmp_path: Path) -> None:
     """Every row's tokens, decoded from pylance's index files, are alance's tokens."""
     for options in ({}, {"stem": False, "remove_stop_words": False},
                     {"lower_case": False, "ascii_folding": False},
-                    {"base_tokenizer": "whitespace"}):
+                    {"base_tokenizer": "whitespace"}, {"base_tokenizer": "raw"}):
         uri = str(tmp_path / f"ds{len(list(tmp_path.iterdir()))}")
         texts = _texts(400, 9)
         ds = lance.write_dataset(pa.table({"text": pa.array(texts, pa.string())}), uri)

@@ -140,7 +140,7 @@ def _fold(token: str) -> str:
 
 def _split(params: AnalyzerParams, text: str) -> list[str]:
     if params.base_tokenizer == "raw":
-        return [text] if text else []
+        return [text]  # the whole text, even empty
     if params.base_tokenizer == "whitespace":
         return text.split()
     tokens: list[str] = []
