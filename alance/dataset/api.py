@@ -338,7 +338,9 @@ class LanceDataset(IndexMethods):
         ``use_stats``, ``strict_batch_size``, tuning hints; see
         :mod:`alance.dataset.query.options`); ``nearest={"column", "q", "k", "metric"}`` (with
         ``prefilter``) returns the rows nearest to a vector (see
-        :mod:`alance.dataset.query.vector_search`)."""
+        :mod:`alance.dataset.query.vector_search`); ``full_text_query="words"`` (or
+        ``{"query", "columns"}``) the rows matching text, BM25-ranked (see
+        :mod:`alance.dataset.query.full_text`)."""
         if self._scan_defaults:
             given = {"columns": columns, "filter": filter, "limit": limit, "offset": offset,
                      "batch_size": batch_size, "fragments": fragments}
@@ -353,6 +355,19 @@ class LanceDataset(IndexMethods):
             with_row_id = with_row_id or bool(merged.pop("with_row_id", False))
             with_row_address = with_row_address or bool(merged.pop("with_row_address", False))
             options = {**merged, **options}
+        full_text = options.pop("full_text_query", None)
+        if full_text is not None:
+            if options.get("nearest") is not None:
+                raise UnsupportedFeatureError("nearest and full_text_query together (hybrid "
+                                              "search) are not supported")
+            from alance.dataset.query.full_text import FullTextScanner
+            prefilter = bool(options.pop("prefilter", False))
+            autoprojection_off = bool(options.pop("disable_scoring_autoprojection", False))
+            fast_search = bool(options.pop("fast_search", False))
+            return FullTextScanner(  # type: ignore[return-value]
+                self, full_text, columns, filter, limit, offset, batch_size, with_row_id,
+                with_row_address, fragments, prefilter, autoprojection_off, fast_search,
+                options)
         nearest = options.pop("nearest", None)
         if nearest is not None:
             from alance.dataset.query.vector_search import NearestScanner

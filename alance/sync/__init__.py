@@ -36,6 +36,7 @@ from alance.sync.compaction import Compaction, CompactionPlan, CompactionTask, R
 from alance.sync.dataset import (
     ChangeFeed,
     DatasetOptimizer,
+    FullTextScanner,
     LanceDataset,
     LanceStats,
     MergeInsertBuilder,
@@ -77,7 +78,7 @@ __all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BulkCom
            "FileSystemFragmentWriteProgress", "FragmentMetadata", "FragmentSession",
            "FragmentWriteProgress", "LanceDataset", "LanceField", "LanceFileReader",
            "LanceFileSession", "LanceFileWriter", "LanceFragment", "LanceOperation",
-           "LanceSchema", "LanceStats", "MergeInsertBuilder", "NearestScanner",
+           "LanceSchema", "LanceStats", "MergeInsertBuilder", "NearestScanner", "FullTextScanner",
            "NoopFragmentWriteProgress", "RewriteResult", "RowIdMeta", "Scanner",
            "Session", "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder", "Tags", "Transaction",
            "batch_udf", "dataset", "deadline", "file", "format_fragment", "iops_counter",

@@ -32,6 +32,8 @@ from alance.dataset.maintenance import stats as _stats
 from alance.dataset.query import blobs as _blobs
 from alance.dataset.query import sql as _sql
 from alance.dataset.query.changes import ChangeFeed as _AsyncChangeFeed
+from alance.dataset.query.full_text import FullTextScanner as _AsyncFullTextScanner
+from alance.dataset.query.ranked import RankedSearch as _RankedSearch
 from alance.dataset.query.scan import Scanner as _AsyncScanner
 from alance.dataset.query.vector_search import NearestScanner as _AsyncNearestScanner
 from alance.dataset.versions.tags import Tags as _AsyncTags
@@ -49,10 +51,10 @@ from alance.sync.twin import (
 _A = _api.LanceDataset
 D = TypeVar("D")
 
-__all__ = ["ChangeFeed", "DatasetOptimizer", "LanceDataset", "LanceStats", "MergeInsertBuilder",
-           "NearestScanner", "Scanner", "ShardedBatchIterator", "SqlQuery", "SqlQueryBuilder",
-           "Tags", "dataset", "manifest_needs_migration", "new_dataset", "new_in_result",
-           "open_dataset", "write_dataset"]
+__all__ = ["ChangeFeed", "DatasetOptimizer", "FullTextScanner", "LanceDataset", "LanceStats",
+           "MergeInsertBuilder", "NearestScanner", "Scanner", "ShardedBatchIterator", "SqlQuery",
+           "SqlQueryBuilder", "Tags", "dataset", "manifest_needs_migration", "new_dataset",
+           "new_in_result", "open_dataset", "write_dataset"]
 
 
 # -- scans ---------------------------------------------------------------------------------------
@@ -109,16 +111,27 @@ class Scanner(_ScanTwin, of=_AsyncScanner):
     write_source = forwarding(_AsyncScanner.write_source)
 
 
-class NearestScanner(_ScanTwin, of=_AsyncNearestScanner):
+class _RankedTwin(_ScanTwin):
+    """What the blocking ranked searches share."""
+
+    to_batches = iterating(_RankedSearch.to_batches)
+    to_table = blocking(_RankedSearch.to_table)
+    count_rows = blocking(_RankedSearch.count_rows)
+    explain = forwarding(_RankedSearch.explain)
+    analyze_plan = blocking(_RankedSearch.analyze_plan)
+    write_source = forwarding(_RankedSearch.write_source)
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """The search as text, in the shape of pylance's plan."""
+        return str(self._async.explain_plan(verbose))
+
+
+class NearestScanner(_RankedTwin, of=_AsyncNearestScanner):
     """Blocking twin of a nearest-neighbour search (``scanner(nearest=...)``)."""
 
-    to_batches = iterating(_AsyncNearestScanner.to_batches)
-    to_table = blocking(_AsyncNearestScanner.to_table)
-    count_rows = blocking(_AsyncNearestScanner.count_rows)
-    explain = forwarding(_AsyncNearestScanner.explain)
-    explain_plan = forwarding(_AsyncNearestScanner.explain_plan)
-    analyze_plan = blocking(_AsyncNearestScanner.analyze_plan)
-    write_source = forwarding(_AsyncNearestScanner.write_source)
+
+class FullTextScanner(_RankedTwin, of=_AsyncFullTextScanner):
+    """Blocking twin of a full-text search (``scanner(full_text_query=...)``)."""
 
 
 # -- how the pylance-style handle moves ----------------------------------------------------------

@@ -42,7 +42,7 @@ async def test_tuning_arguments_leave_the_rows_alone(uri: str) -> None:
 
 def test_unsupported_and_unknown_arguments_are_refused(uri: str) -> None:
     ds = al.open_dataset(uri)
-    with pytest.raises(alance.UnsupportedFeatureError):
+    with pytest.raises(alance.InvalidInputError, match="no INVERTED index"):
         ds.to_table(full_text_query="words")
     with pytest.raises(alance.InvalidInputError, match="no column"):
         ds.to_table(nearest={"column": "v", "q": [1.0]})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as _uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,8 @@ import pyroaring
 from alance._proto import table_pb2
 from alance.dataset.commit.loop import commit_transaction
 from alance.dataset.maintenance.index_files import write_index_file
+from alance.dataset.maintenance.inverted_build import build_params, write_inverted
+from alance.dataset.maintenance.inverted_build import details as inverted_details
 from alance.dataset.query.indices import bitmap, btree, zonemap
 from alance.dataset.query.indices.describe import user_indices
 from alance.dataset.query.indices.types import SCALAR_KINDS, index_dir, scalar_kind
@@ -37,8 +39,8 @@ from alance.transaction.operations import new_create_index
 if TYPE_CHECKING:
     from alance.dataset.api import LanceDataset
 
-#: ``index_version`` pylance records per kind.
-_INDEX_VERSIONS = {"BTREE": 0, "BITMAP": 0, "LABEL_LIST": 1, "ZONEMAP": 0}
+#: ``index_version`` pylance records per kind (INVERTED: 0, the arrow token set alance writes).
+_INDEX_VERSIONS = {"BTREE": 0, "BITMAP": 0, "LABEL_LIST": 1, "ZONEMAP": 0, "INVERTED": 0}
 
 
 async def read_column(ds: LanceDataset, column: str,
@@ -65,7 +67,9 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
         raise InvalidInputError(f"column {column!r} is not in the dataset (columns: "
                                 f"{ds.schema.names})")
     t = field.to_arrow().type
-    if kind in ("BTREE", "BITMAP", "ZONEMAP"):
+    if kind == "INVERTED":
+        ok = pa.types.is_string(t) or pa.types.is_large_string(t)
+    elif kind in ("BTREE", "BITMAP", "ZONEMAP"):
         ok = (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
               or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
               or pa.types.is_large_binary(t) or pa.types.is_temporal(t)
@@ -86,14 +90,16 @@ def _check_column(ds: LanceDataset, column: str, kind: str) -> table_pb2.IndexMe
 
 async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
                       fragments: Sequence[table_pb2.DataFragment] | None = None,
-                      ) -> list[tuple[str, int]]:
+                      options: Mapping[str, Any] | None = None) -> list[tuple[str, int]]:
     """Write the files of a ``kind`` index over ``column`` (the rows of ``fragments``,
-    default all); ``(name, size)`` of each."""
+    default all; ``options``: an INVERTED index's analyzer); ``(name, size)`` of each."""
     # As pylance writes them (see alance.dataset.query.indices.reader.records_row_ids): BTREE
-    # pages hold row addresses; bitmaps (and label lists) hold stable row ids when the
-    # dataset has them.
+    # pages hold row addresses; bitmaps, label lists and inverted indices hold stable row ids
+    # when the dataset has them.
     values, ids = await read_column(ds, column, fragments, row_ids=kind in (
-        "BITMAP", "LABEL_LIST") and uses_stable_row_ids(ds.manifest))
+        "BITMAP", "LABEL_LIST", "INVERTED") and uses_stable_row_ids(ds.manifest))
+    if kind == "INVERTED":
+        return await write_inverted(ds, values, ids, directory, build_params(options or {}))
     if kind == "BTREE":
         data, lookup = btree.build_tables(values, ids)
         return [(btree.DATA_FILE, await write_table(ds, f"{directory}/{btree.DATA_FILE}", data)),
@@ -115,6 +121,7 @@ async def build_files(ds: LanceDataset, kind: str, column: str, directory: str,
 
 async def scalar_segment(ds: LanceDataset, kind: str, column: str, name: str,
                          fragments: Sequence[table_pb2.DataFragment], covers: Iterable[int],
+                         options: Mapping[str, Any] | None = None,
                          ) -> table_pb2.IndexMetadata:
     """Write a ``kind`` index segment over the rows of ``fragments`` and return its manifest
     entry (not committed), recording ``covers`` as the fragments it covers."""
@@ -122,10 +129,12 @@ async def scalar_segment(ds: LanceDataset, kind: str, column: str, name: str,
     meta.uuid.uuid = _uuid.uuid4().bytes
     meta.name = name
     meta.dataset_version = ds.version
-    files = await build_files(ds, kind, column, index_dir(meta), fragments)
+    files = await build_files(ds, kind, column, index_dir(meta), fragments, options)
     write_bitmap(meta, pyroaring.BitMap(covers))
     meta.index_details.type_url = SCALAR_KINDS[kind]
-    meta.index_details.value = zonemap.DETAILS if kind == "ZONEMAP" else b""
+    meta.index_details.value = (zonemap.DETAILS if kind == "ZONEMAP" else
+                                inverted_details(build_params(options or {}))
+                                if kind == "INVERTED" else b"")
     meta.index_version = _INDEX_VERSIONS[kind]
     if kind == "BTREE" and uses_stable_row_ids(ds.manifest):
         meta.index_version = 1  # row addresses (see indices.reader.records_row_ids)
@@ -141,13 +150,16 @@ async def create_scalar_index(ds: LanceDataset, column: str, index_type: str,
     """Build a scalar index on ``column`` and commit it; returns the new version."""
     kind = scalar_kind(index_type)
     _check_column(ds, column, kind)
+    if kind == "INVERTED":
+        build_params(kwargs)  # refuse unsupported analyzer settings before any work
     name = name or f"{column}_idx"
     existing = user_indices(ds._snapshot.manifest_file.indices).get(name, [])
     if existing and not replace:
         raise AlreadyExistsError(f"Index name '{name}' already exists")
     fragments = list(ds._snapshot.fragments)
     meta = await scalar_segment(ds, kind, column, name, fragments,
-                                (int(f.id) for f in fragments))
+                                (int(f.id) for f in fragments),
+                                kwargs if kind == "INVERTED" else None)
     txn = new_create_index(ds.version, [meta], existing)
     snap = await commit_transaction(ds._store, ds._handler, ds._snapshot, txn,
                                     data_storage_version=ds.data_storage_version)

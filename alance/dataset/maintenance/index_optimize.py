@@ -21,7 +21,7 @@ import asyncio
 import time
 import uuid as _uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyroaring
@@ -30,9 +30,11 @@ from alance._proto import table_pb2
 from alance.dataset.commit.loop import commit_transaction
 from alance.dataset.maintenance.index_build import read_column, scalar_segment
 from alance.dataset.maintenance.index_remap import is_ivf_segment, write_ivf_segment
+from alance.dataset.maintenance.inverted_build import params_options
 from alance.dataset.maintenance.vector_index_build import encode_with, storage_table
 from alance.dataset.query.indices import ivf
 from alance.dataset.query.indices.describe import user_indices
+from alance.dataset.query.indices.inverted_reader import open_segment as open_inverted
 from alance.dataset.query.indices.ivf_reader import open_segment
 from alance.dataset.query.indices.reader import index_reader
 from alance.dataset.query.indices.types import SCALAR_KINDS, index_dir, type_url
@@ -84,6 +86,14 @@ async def _vector_segment(ds: LanceDataset, column: str, model_of: Index, name: 
     return meta
 
 
+async def _options(ds: LanceDataset, index: Index, kind: str) -> dict[str, Any] | None:
+    """The build options that rebuild ``index`` alike (an INVERTED index's analyzer)."""
+    if kind != "INVERTED":
+        return None
+    segment = await open_inverted(index_reader(ds._ctx), index)
+    return params_options(segment.params)
+
+
 async def _optimize_one(ds: LanceDataset, segments: list[Index], merge: int | None,
                         ) -> tuple[list[Index], list[Index]]:
     """``(new segments, replaced segments)`` for one index (both empty: nothing to do)."""
@@ -106,8 +116,9 @@ async def _optimize_one(ds: LanceDataset, segments: list[Index], merge: int | No
         covers |= read_bitmap(ix) or pyroaring.BitMap()
     rows = [f for f in fragments if int(f.id) in covers]
     if type_url(first) in _KINDS:
-        new = await scalar_segment(ds, _KINDS[type_url(first)], column, first.name, rows,
-                                   covers)
+        kind = _KINDS[type_url(first)]
+        new = await scalar_segment(ds, kind, column, first.name, rows, covers,
+                                   await _options(ds, first, kind))
     elif ivf.is_vector_index(first) and await is_ivf_segment(index_reader(ds._ctx), first):
         new = await _vector_segment(ds, column, first, first.name, rows, covers)
     else:
@@ -155,7 +166,9 @@ async def _retrain(ds: LanceDataset, names: list[str],
         if column is None:
             continue
         if type_url(first) in _KINDS:
-            ds = await ds.create_scalar_index(column, _KINDS[type_url(first)], name)
+            kind = _KINDS[type_url(first)]
+            ds = await ds.create_scalar_index(column, kind, name,
+                                              **(await _options(ds, first, kind) or {}))
         elif ivf.is_vector_index(first) and ivf.vector_kind(first) in ("IVF_FLAT", "IVF_PQ"):
             seg = await open_segment(index_reader(ds._ctx), first)
             pq = seg.pq

@@ -87,8 +87,11 @@ class IndexMethods:
     async def create_scalar_index(self, column: str, index_type: str,
                                   name: str | None = None, *, replace: bool = True,
                                   **kwargs: Any) -> LanceDataset:
-        """Build a BTREE / BITMAP / LABEL_LIST / ZONEMAP index on ``column`` (named
-        ``{column}_idx`` unless ``name`` is given) and commit it; returns the new version."""
+        """Build a BTREE / BITMAP / LABEL_LIST / ZONEMAP / INVERTED index on ``column`` (named
+        ``{column}_idx`` unless ``name`` is given) and commit it; returns the new version.
+        ``kwargs``: an INVERTED index's analyzer (``base_tokenizer``, ``lower_case``, ``stem``,
+        ``remove_stop_words``, ``ascii_folding``, ``max_token_length``...; see
+        :mod:`alance.dataset.query.indices.tokenizer`)."""
         from alance.dataset.maintenance.index_build import create_scalar_index
         return await create_scalar_index(self, column, index_type, name,  # type: ignore[arg-type]
                                          replace=replace, **kwargs)

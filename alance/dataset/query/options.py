@@ -5,7 +5,7 @@ pruning on or off and ``strict_batch_size`` makes every batch but the last exact
 ``batch_size`` rows. Arguments that tune pylance's own engine (IO buffer sizes, fragment
 read-ahead, late materialisation, prefiltering, index use) are accepted and leave the result
 unchanged: alance plans those itself. Arguments asking for what alance does not do yet
-(vector and full-text search, ordering, deleted rows) are refused with
+(ordering, row address allow/block lists) are refused with
 :class:`~alance.errors.UnsupportedFeatureError`, never ignored.
 """
 
@@ -21,7 +21,7 @@ TUNING = frozenset({"fragment_readahead", "io_buffer_size", "batch_size_bytes",
                     "late_materialization", "prefilter", "fast_search",
                     "scan_in_order", "disable_scoring_autoprojection", "index_segments"})
 #: Features whose results alance cannot give yet.
-UNSUPPORTED = frozenset({"full_text_query", "order_by", "scan_stats_callback",
+UNSUPPORTED = frozenset({"order_by", "scan_stats_callback",
                          "row_addr_allowlist", "row_addr_blocklist"})
 
 

@@ -15,13 +15,14 @@ projection leaves it out), then ``_rowid``/``_rowaddr`` when asked for by flag.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from alance.dataset.query.ranked import RankedSearch
 from alance.dataset.query.vector_math import DISTANCE, _matrix, distances, query_vector
 from alance.errors import InvalidInputError, UnsupportedFeatureError
 from alance.filter import compile_filter_and_columns
@@ -41,8 +42,10 @@ _INDEX_TUNING = {"nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor
                  "use_index", "ef", "fast_search"}
 
 
-class NearestScanner:
+class NearestScanner(RankedSearch):
     """A scan that returns the rows nearest to a query vector (see the module)."""
+
+    _RANK = DISTANCE
 
     def __init__(self, dataset: LanceDataset, nearest: Mapping[str, Any],
                  columns: Sequence[str] | Mapping[str, str] | None, filter: Any,
@@ -86,7 +89,7 @@ class NearestScanner:
         names = list(columns) if columns is not None else [
             n for n in schema.names if n not in _SYSTEM]
         self.projection = names
-        self.distance_shown = DISTANCE in names or not (
+        self.rank_shown = DISTANCE in names or not (
             disable_scoring_autoprojection and columns is not None)
         filter_columns: list[str] = []
         if filter is not None and not self.prefilter and isinstance(filter, str):
@@ -100,41 +103,6 @@ class NearestScanner:
         if filter is not None and not self.prefilter and not isinstance(filter, str):
             raise UnsupportedFeatureError("nearest with a post-filter needs the filter as SQL "
                                           "text (or prefilter=True)")
-
-    # -- output -----------------------------------------------------------------------------
-    def _order(self) -> list[str]:
-        out = [n for n in self.projection if n != DISTANCE or self.distance_shown]
-        if self.distance_shown and DISTANCE not in out:
-            out.append(DISTANCE)
-        if self.with_row_id and _ROW_ID not in out:
-            out.append(_ROW_ID)
-        if self.with_row_address and _ROW_ADDRESS not in out:
-            out.append(_ROW_ADDRESS)
-        return out
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The schema of the result."""
-        base = self.dataset.schema
-        fields = []
-        for name in self._order():
-            if name == DISTANCE:
-                fields.append(pa.field(DISTANCE, pa.float32()))
-            elif name in (_ROW_ID, _ROW_ADDRESS):
-                fields.append(pa.field(name, pa.uint64()))
-            else:
-                fields.append(base.field(name))
-        return pa.schema(fields)
-
-    @property
-    def projected_schema(self) -> pa.Schema:
-        """The schema of the result (pylance's name)."""
-        return self.output_schema
-
-    @property
-    def dataset_schema(self) -> pa.Schema:
-        """The schema of the dataset version searched."""
-        return self.dataset.schema
 
     # -- the search ---------------------------------------------------------------------------
     def _index_plan(self) -> Any:
@@ -165,7 +133,7 @@ class NearestScanner:
         if self.offset or self.limit is not None:
             stop = None if self.limit is None else self.offset + self.limit
             best = best.slice(self.offset, None if stop is None else stop - self.offset)
-        return best.select(self._order())
+        return best
 
     async def _ranked_raw(self) -> pa.Table:
         """The flat search's ``k`` best rows (all columns read), before the post-filter."""
@@ -195,25 +163,8 @@ class NearestScanner:
             return pa.schema(fields).empty_table()
         return _top(best, self.k)
 
-    async def to_table(self) -> pa.Table:
-        """The nearest rows, closest first."""
-        table = await self._ranked()
-        return table.cast(self.output_schema) if not table.schema.equals(
-            self.output_schema) else table
-
-    def write_source(self) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch]]:
-        """The schema and batches a writer takes when this search is passed as data."""
-        return self.output_schema, self.to_batches()
-
-    async def to_batches(self) -> AsyncIterator[pa.RecordBatch]:
-        """The nearest rows as record batches."""
-        table = await self.to_table()
-        for batch in table.to_batches(max_chunksize=self.batch_size or None):
-            yield batch
-
-    async def count_rows(self) -> int:
-        """How many rows the search returns."""
-        return (await self._ranked()).num_rows
+    async def _result(self) -> pa.Table:
+        return await self._ranked()
 
     def explain_plan(self, verbose: bool = False) -> str:
         """The search as text (the index used, if any, in the shape of pylance's plan)."""
@@ -225,15 +176,6 @@ class NearestScanner:
                  else f", postfilter={self.filter!r}" if self.filter is not None else "")
         return (f"KNNFlat: column={self.column}, k={self.k}, metric={self.metric}{where}\n"
                 f"  LanceScan: columns={self._read}")
-
-    def explain(self) -> str:
-        """The search as text."""
-        return self.explain_plan()
-
-    async def analyze_plan(self) -> str:
-        """Run the search and describe it."""
-        rows = await self.count_rows()
-        return f"{self.explain_plan()}\n  metrics: output_rows={rows}"
 
 
 def _top(table: pa.Table, k: int) -> pa.Table:

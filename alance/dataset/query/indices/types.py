@@ -27,11 +27,12 @@ BTREE_URL = "/lance.table.BTreeIndexDetails"
 BITMAP_URL = "/lance.table.BitmapIndexDetails"
 LABEL_LIST_URL = "/lance.table.LabelListIndexDetails"
 ZONEMAP_URL = "/lance.table.ZoneMapIndexDetails"
+INVERTED_URL = "/lance.table.InvertedIndexDetails"
 VECTOR_URL = "/lance.table.VectorIndexDetails"
 
 #: ``create_scalar_index`` type names (upper-cased) -> type URL.
 SCALAR_KINDS = {"BTREE": BTREE_URL, "BITMAP": BITMAP_URL, "LABEL_LIST": LABEL_LIST_URL,
-                "ZONEMAP": ZONEMAP_URL}
+                "ZONEMAP": ZONEMAP_URL, "INVERTED": INVERTED_URL}
 
 
 def type_url(index: table_pb2.IndexMetadata) -> str:
@@ -53,6 +54,8 @@ def scalar_kind(index_type: str) -> str:
     kind = index_type.strip().upper().replace("-", "_")
     if kind == "LABELLIST":
         kind = "LABEL_LIST"
+    if kind == "FTS":
+        kind = "INVERTED"
     if kind not in SCALAR_KINDS:
         raise InvalidInputError(f"unsupported scalar index type {index_type!r}; alance builds "
                                 f"{', '.join(sorted(SCALAR_KINDS))}")
