@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from alance.errors import (
@@ -26,6 +27,9 @@ from alance.errors import (
     NotFoundError,
 )
 from alance.format.manifest import (
+    DETACHED_VERSION_MASK,
+    MANIFEST_SUFFIX,
+    U64_MAX,
     VERSIONS_DIR,
     ManifestNamingScheme,
     detached_manifest_file_name,
@@ -66,6 +70,51 @@ def _location(meta: ObjectMeta) -> ManifestLocation | None:
     return ManifestLocation(version, meta.path, scheme, meta.size, meta.last_modified)
 
 
+#: Length of a V2 manifest name (20 digits and the suffix).
+_V2_NAME_LEN = 20 + len(".manifest")
+#: The V2 stem of the newest version that is not detached (stems sort like numbers; smaller
+#: stems are newer versions, and those below this one are detached).
+_V2_OLDEST_DETACHED_STEM = f"{U64_MAX - DETACHED_VERSION_MASK:020d}"
+
+
+def newest_manifest(paths: Iterable[str]) -> ManifestLocation | None:
+    """The newest committed (not detached) version among the paths of a listing of
+    ``_versions/`` (``None`` if there is none); other names and deeper paths are ignored.
+
+    V2 names are compared as strings (20 digits each: the smallest is the newest), so only
+    the winners of each scheme are parsed: a listing of thousands of versions costs one
+    pass of string tests."""
+    prefix = VERSIONS_DIR + "/"
+    v2_len = len(prefix) + _V2_NAME_LEN
+    v2: list[str] = []
+    others: list[str] = []
+    for path in paths:
+        if not path.endswith(MANIFEST_SUFFIX) or not path.startswith(prefix):
+            continue
+        if len(path) == v2_len and "/" not in path[len(prefix):]:
+            v2.append(path)
+        else:
+            others.append(path)
+    best: tuple[int, int, str, ManifestNamingScheme] | None = None
+    stems = [p for p in v2 if p[len(prefix):len(prefix) + 20] > _V2_OLDEST_DETACHED_STEM]
+    for path in [min(stems)] if stems else []:
+        parsed = parse_manifest_file_name(path[len(prefix):])
+        if parsed is not None:  # a 20-digit stem
+            best = (parsed[0], 1, path, parsed[1])
+        else:  # not all digits: look at every such name
+            others.extend(v2)
+    for path in others:
+        name = path[len(prefix):]
+        parsed = parse_manifest_file_name(name) if "/" not in name else None
+        if parsed is None or is_detached_version(parsed[0]):
+            continue
+        version, scheme = parsed
+        key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return ManifestLocation(best[0], best[2], best[3]) if best is not None else None
+
+
 class CommitHandler(abc.ABC):
     """Resolves versions and commits manifests for one kind of store."""
 
@@ -83,19 +132,10 @@ class CommitHandler(abc.ABC):
 
         Read from the names in ``_versions/`` only (no sizes: on a local disk that is one
         ``listdir`` however many versions there are; every commit asks)."""
-        best: tuple[int, int, str, ManifestNamingScheme] | None = None
-        for path in await store.list_names(VERSIONS_DIR):
-            name = path.rsplit("/", 1)[-1]
-            parsed = parse_manifest_file_name(name) if path == f"{VERSIONS_DIR}/{name}" else None
-            if parsed is None or is_detached_version(parsed[0]):
-                continue
-            version, scheme = parsed
-            key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        if best is None:
+        found = newest_manifest(await store.list_names(VERSIONS_DIR))
+        if found is None:
             raise DatasetNotFoundError(f"no dataset at {store.uri}")
-        return ManifestLocation(best[0], best[2], best[3])
+        return found
 
     async def resolve(self, store: DatasetStore, version: int) -> ManifestLocation:
         """The location of one version; :class:`NotFoundError` if it does not exist."""

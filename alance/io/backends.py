@@ -66,6 +66,16 @@ Buffer = bytes | memoryview
 Meta = dict[str, Any]
 
 _obstore_pid: int | None = None
+#: Whether this process was forked (from a parent that imported alance): only then can the
+#: obstore runtime be missing, and ``os.getpid`` is asked.
+_forked = [False]
+
+
+def _note_fork() -> None:
+    _forked[0] = True
+
+
+os.register_at_fork(after_in_child=_note_fork)
 
 
 def _mark_obstore_used() -> None:
@@ -90,7 +100,7 @@ def _let_runtime_threads_finish() -> None:
 
 def obstore_usable() -> bool:
     """False in a process forked after obstore was used (its runtime threads are gone)."""
-    return _obstore_pid is None or _obstore_pid == os.getpid()
+    return _obstore_pid is None or not _forked[0] or _obstore_pid == os.getpid()
 
 
 #: Exceptions obstore calls raise besides its own: OS errors, ``ValueError`` for a key it

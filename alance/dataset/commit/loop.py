@@ -212,10 +212,10 @@ class _CommitLoop:
         """Delete what the committed version (``None``: nothing) does not reference."""
         keep_txn = committed.manifest.transaction_file if committed is not None else None
         unused = [f"{TRANSACTIONS_DIR}/{name}" for name in self.txn_files if name != keep_txn]
-        if committed is not None:
+        if committed is not None and self.merged.paths:
             used = {deletion_path(f) for f in committed.fragments if f.HasField("deletion_file")}
             unused += [p for p in self.merged.paths if p not in used]
-        else:
+        elif committed is None:
             unused += self.merged.paths
         for path in unused:
             with contextlib.suppress(AlanceError):  # best effort
@@ -265,7 +265,7 @@ class _CommitLoop:
                   must_create: bool) -> Snapshot:
         current = base
         checked = base.version if base is not None else 0
-        state = RebaseState.start(txn, base.fragments if base else [],
+        state = RebaseState.start(txn, base.manifest.fragments if base else [],
                                   self.affected_rows is not None)
         # Start from the newest version: cleanup may have removed the version after a stale
         # base, and a conditional create of that number would then succeed behind the
@@ -315,7 +315,8 @@ class _CommitLoop:
                          len(others))
                 txn = await finish_rebase(self.store, latest, state, self.affected_rows,
                                           self.merged)
-                state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)
+                state = RebaseState.start(txn, latest.manifest.fragments,
+                                          self.affected_rows is not None)
                 checked = latest.version
                 current = latest
             name = await self._write_txn_file(txn)
@@ -359,7 +360,7 @@ class _CommitLoop:
                 await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
                 catch_up = True
                 continue
-            committed_here(encoded)
+            committed_here(encoded, mf.fragment_facts())
             await _write_hint(self.store, location.version)
             return Snapshot(location, mf)
         raise CommitConflictError(
