@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -84,6 +85,12 @@ def newest_manifest(paths: Iterable[str]) -> ManifestLocation | None:
     V2 names are compared as strings (20 digits each: the smallest is the newest), so only
     the winners of each scheme are parsed: a listing of thousands of versions costs one
     pass of string tests."""
+    return _newest(paths)[0]
+
+
+def _newest(paths: Iterable[str]) -> tuple[ManifestLocation | None, bool]:
+    """:func:`newest_manifest`, and whether committed manifests of both naming schemes were
+    listed."""
     prefix = VERSIONS_DIR + "/"
     v2_len = len(prefix) + _V2_NAME_LEN
     v2: list[str] = []
@@ -103,16 +110,32 @@ def newest_manifest(paths: Iterable[str]) -> ManifestLocation | None:
             best = (parsed[0], 1, path, parsed[1])
         else:  # not all digits: look at every such name
             others.extend(v2)
+    schemes = {best[3]} if best is not None else set()
     for path in others:
         name = path[len(prefix):]
         parsed = parse_manifest_file_name(name) if "/" not in name else None
         if parsed is None or is_detached_version(parsed[0]):
             continue
         version, scheme = parsed
+        schemes.add(scheme)
         key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
         if best is None or key[:2] > best[:2]:
             best = key
-    return ManifestLocation(best[0], best[2], best[3]) if best is not None else None
+    found = ManifestLocation(best[0], best[2], best[3]) if best is not None else None
+    return found, len(schemes) > 1
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """What the last listing of a store's ``_versions/`` in this process showed."""
+
+    version: int
+    scheme: ManifestNamingScheme
+    mixed: bool
+
+
+#: The last listing of each store (see :meth:`ConditionalPutCommitHandler.commit`).
+_LISTED: weakref.WeakKeyDictionary[DatasetStore, _Listed] = weakref.WeakKeyDictionary()
 
 
 class CommitHandler(abc.ABC):
@@ -132,9 +155,11 @@ class CommitHandler(abc.ABC):
 
         Read from the names in ``_versions/`` only (no sizes: on a local disk that is one
         ``listdir`` however many versions there are; every commit asks)."""
-        found = newest_manifest(await store.list_names(VERSIONS_DIR))
+        found, mixed = _newest(await store.list_names(VERSIONS_DIR))
         if found is None:
+            _LISTED.pop(store, None)
             raise DatasetNotFoundError(f"no dataset at {store.uri}")
+        _LISTED[store] = _Listed(found.version, found.naming_scheme, mixed)
         return found
 
     async def resolve(self, store: DatasetStore, version: int) -> ManifestLocation:
@@ -161,6 +186,14 @@ class ConditionalPutCommitHandler(CommitHandler):
 
     Works wherever the store has an atomic put-if-absent: local disks, memory, and S3-compatible
     stores that honour ``If-None-Match: *``.
+
+    The create is conditional on the name of one naming scheme; the version must not exist
+    under the other either. That is checked with a request, unless the newest listing of
+    the store in this process already answers: a version at or below the newest one listed
+    exists (a conflict, no request), and the version right after it, in a directory whose
+    manifests all use the scheme being committed with, can only be taken under that
+    scheme's name (writers commit with the scheme of the newest manifest), which the
+    conditional create itself guards.
     """
 
     async def commit(self, store: DatasetStore, version: int, manifest: bytes,
@@ -169,7 +202,12 @@ class ConditionalPutCommitHandler(CommitHandler):
         other = manifest_path(version, ManifestNamingScheme.V1
                               if naming_scheme is ManifestNamingScheme.V2
                               else ManifestNamingScheme.V2)
-        if await store.exists(other):
+        listed = _LISTED.get(store) if version > 1 else None  # a create always asks
+        if listed is not None and version <= listed.version:
+            raise CommitConflictError(f"version {version} of {store.uri} already exists")
+        known_free = (listed is not None and not listed.mixed
+                      and listed.scheme is naming_scheme and version == listed.version + 1)
+        if not known_free and await store.exists(other):
             raise CommitConflictError(f"version {version} of {store.uri} already exists")
         try:
             await store.put_if_absent(path, manifest)

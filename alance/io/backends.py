@@ -263,12 +263,17 @@ class _ObstoreUpload:
     obstore uploads what the queue yields (a multipart upload once it exceeds one part, parts
     sent concurrently); :meth:`abort` makes the source raise, and obstore then aborts the
     multipart upload, so no incomplete upload or partial object is left behind.
+
+    The first part is held until a second one comes: an object written in one part (most
+    data files of an append) is sent with one plain PUT when the upload completes, instead of
+    the three requests of a multipart upload (start, part, complete).
     """
 
     def __init__(self, store: Any, key: str) -> None:
         self._store, self._key = store, key
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=UPLOAD_QUEUE_PARTS)
         self._task: asyncio.Task[Any] | None = None
+        self._held: Buffer | None = None
 
     async def _source(self) -> Any:
         while True:
@@ -302,13 +307,28 @@ class _ObstoreUpload:
             raise_mapped(exc, self._key)
 
     async def write(self, data: Buffer) -> None:
+        if self._task is None and self._held is None:
+            self._held = data
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            await self._send(held)
         await self._send(data)
 
     async def complete(self) -> None:
+        if self._task is None:  # one part at most: a plain PUT
+            held, self._held = self._held, None
+            data = held if isinstance(held, bytes | bytearray) else bytes(held or b"")
+            try:
+                await obstore.put_async(self._store, self._key, data)
+            except Exception as exc:
+                raise_mapped(exc, self._key)
+            return
         await self._send(_END)
         await self._result(self._started())
 
     async def abort(self) -> None:
+        self._held = None
         if self._task is None:
             return
         if not self._task.done():

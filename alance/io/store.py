@@ -150,6 +150,9 @@ class DatasetStore:
         deadline: seconds one operation may take, every attempt, backoff pause and wait for
             an in-flight slot included (:mod:`alance.io.deadline`); then
             :class:`~alance.errors.DeadlineExceededError`.
+        version_hint: whether commits keep ``_versions/latest_version_hint.json`` up to
+            date, as pylance does on local disks (not on object stores, where it would cost
+            a request per commit and nothing reads it).
     """
 
     def __init__(self, backend: Backend, root: str, *, uri: str,
@@ -161,7 +164,7 @@ class DatasetStore:
                  limiter_key: str | None = None,
                  ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
                  scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
-                 deadline: float = DEFAULT_DEADLINE) -> None:
+                 deadline: float = DEFAULT_DEADLINE, version_hint: bool = True) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -180,6 +183,7 @@ class DatasetStore:
         self.split_bytes = split_bytes
         self.ranges_per_request = max(1, ranges_per_request)
         self.scan_chunk_bytes = max(1, scan_chunk_bytes)
+        self.version_hint = version_hint
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
         #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).

@@ -190,7 +190,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
     policy.setdefault("scan_chunk_bytes", CLOUD_SCAN_CHUNK_BYTES)
     policy.setdefault("ranges_per_request", 1)
-    return DatasetStore(ObstoreBackend(store), root, uri=text,
+    return DatasetStore(ObstoreBackend(store), root, uri=text, version_hint=False,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),
                         limiter_key=f"{cloud}://{parsed.netloc}", **policy)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from pathlib import Path
 
 import lance
 import numpy as np
@@ -23,17 +24,21 @@ from hypothesis import strategies as st
 import alance
 from alance import sync as al
 from alance._proto import table_pb2
-from alance.commit.handler import newest_manifest
-from alance.errors import CorruptFileError
+from alance.commit.handler import ConditionalPutCommitHandler, newest_manifest
+from alance.errors import CommitConflictError, CorruptFileError
 from alance.format.fragment_facts import all_facts, checked_manifest_facts
 from alance.format.manifest import (
     U64_MAX,
     ManifestFile,
+    ManifestNamingScheme,
+    decode_latest_version_hint,
     fragment_entries,
     is_detached_version,
     manifest_message_bytes,
     parse_manifest_file_name,
 )
+from alance.io.uri import open_store
+from alance.testing.faults import FaultPlan
 from alance.transaction import build as build_module
 from alance.transaction import (
     build_manifest,
@@ -44,6 +49,7 @@ from alance.transaction import (
     new_update_config,
 )
 from alance.transaction.indices import write_bitmap
+from tests.s3_servers import S3Target
 
 # -- newest version from a listing ------------------------------------------------------------
 
@@ -256,3 +262,69 @@ async def test_many_fragment_history_reads_the_same_in_pylance(local_uri: str,
     # and pylance commits on top of it
     lance.write_dataset(_rows(3000, 5), local_uri, mode="append")
     assert (await alance.open_dataset(local_uri)).version == mine.version + 1
+
+
+# -- requests per commit ------------------------------------------------------------------------
+
+
+async def test_an_s3_append_makes_the_requests_pylance_makes(moto_target: S3Target) -> None:
+    """One GET (the manifest), two LISTs (the newest version, when the write starts and just
+    before the commit), the data file in one plain PUT, the transaction file, the conditional
+    create of the manifest: what pylance sends for the same append. No HEAD, no multipart
+    upload, no version hint."""
+    uri, options = moto_target.uri("ds"), moto_target.storage_options
+    await alance.write_dataset(_rows(0, 10), uri, storage_options=options)
+    await alance.write_dataset(_rows(10, 10), uri, mode="append", storage_options=options)
+    plan = FaultPlan()  # no faults: it only counts
+    for k in range(3):
+        await alance.write_dataset(_rows(100 + 10 * k, 10), uri, mode="append",
+                                   storage_options={**options, "wrap_backend": plan})
+    assert dict(plan.stats.calls) == {"get": 3, "list": 6, "put": 3, "put_create": 3,
+                                      "upload_write": 3, "upload_complete": 3}
+    store = open_store(uri, options)
+    names = [m.path for m in await store.list_all()]
+    assert not any(n.endswith("latest_version_hint.json") for n in names), names
+    for meta in await store.list("data"):  # one PUT each: no multipart "-<parts>" ETag
+        assert meta.e_tag is not None and "-" not in meta.e_tag, meta.e_tag
+    theirs = lance.dataset(uri, storage_options=options)
+    assert theirs.version == 5 and theirs.count_rows() == 50
+
+
+async def test_local_commits_keep_the_version_hint(local_uri: str) -> None:
+    await alance.write_dataset(_rows(0, 10), local_uri)
+    await alance.write_dataset(_rows(10, 10), local_uri, mode="append")
+    hint = Path(local_uri) / "_versions" / "latest_version_hint.json"
+    assert decode_latest_version_hint(hint.read_bytes()) == 2
+    lance.write_dataset(_rows(20, 10), local_uri, mode="append")  # pylance keeps it too
+    await alance.write_dataset(_rows(30, 10), local_uri, mode="append")
+    assert decode_latest_version_hint(hint.read_bytes()) == 4
+
+
+async def test_a_version_listed_as_taken_is_refused_without_asking(local_uri: str) -> None:
+    await alance.write_dataset(_rows(0, 10), local_uri)
+    await alance.write_dataset(_rows(10, 10), local_uri, mode="append")
+    store, handler = open_store(local_uri), ConditionalPutCommitHandler()
+    assert (await handler.latest(store)).version == 2
+    plan = FaultPlan()
+    store.wrap_backend(plan)
+    for scheme in ManifestNamingScheme:
+        with pytest.raises(CommitConflictError):
+            await handler.commit(store, 2, b"x", scheme)
+    assert plan.stats.total_calls == 0
+    for scheme in ManifestNamingScheme:  # a create (version 1) always asks the store
+        with pytest.raises(CommitConflictError):
+            await handler.commit(store, 1, b"x", scheme)
+    assert plan.stats.total_calls > 0
+    # the next version: under the directory's own scheme only the conditional create; under
+    # the other scheme a HEAD first
+    plan.stats.calls.clear()
+    await handler.commit(store, 3, b"three", ManifestNamingScheme.V2)
+    assert dict(plan.stats.calls) == {"put_create": 1}
+    plan.stats.calls.clear()
+    with pytest.raises(CommitConflictError):
+        await handler.commit(store, 3, b"three again", ManifestNamingScheme.V1)
+    assert dict(plan.stats.calls) == {"head": 1}  # the other scheme: asked (and found)
+    assert (await handler.latest(store)).version == 3
+    plan.stats.calls.clear()
+    await handler.commit(store, 4, b"four", ManifestNamingScheme.V1)
+    assert dict(plan.stats.calls) == {"head": 1, "put_create": 1}

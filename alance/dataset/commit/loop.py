@@ -393,7 +393,10 @@ async def _committed_by(store: DatasetStore, handler: CommitHandler, version: in
 
 
 async def _write_hint(store: DatasetStore, version: int) -> None:
-    """Update ``_versions/latest_version_hint.json``; it is only a hint, so failures are logged."""
+    """Update ``_versions/latest_version_hint.json`` where the store keeps one (local disks,
+    as pylance); it is only a hint, so failures are logged."""
+    if not store.version_hint:
+        return
     try:
         await store.put(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
                         encode_latest_version_hint(version))
