@@ -25,6 +25,7 @@ import alance
 from alance import sync as al
 from alance._proto import table_pb2
 from alance.commit.handler import ConditionalPutCommitHandler, newest_manifest
+from alance.dataset.commit.loop import BACKOFF_CAP, RACE_BACKOFF_BASE, race_delay
 from alance.errors import CommitConflictError, CorruptFileError
 from alance.format.fragment_facts import all_facts, checked_manifest_facts
 from alance.format.manifest import (
@@ -328,3 +329,24 @@ async def test_a_version_listed_as_taken_is_refused_without_asking(local_uri: st
     plan.stats.calls.clear()
     await handler.commit(store, 4, b"four", ManifestNamingScheme.V1)
     assert dict(plan.stats.calls) == {"head": 1, "put_create": 1}
+
+
+async def test_a_rebase_reads_each_newer_manifest_once(local_uri: str) -> None:
+    ds = await alance.write_dataset(_rows(0, 10), local_uri)
+    for k in range(3):  # three commits the handle does not know of
+        await alance.write_dataset(_rows(100 + 10 * k, 10), local_uri, mode="append")
+    plan = FaultPlan()
+    ds.store.wrap_backend(plan)
+    new = (await ds.delete("id = 3")).dataset  # planned on version 1: rebased over 2..4
+    assert new.version == 5
+    # the newest version is listed, then versions 2..4 read by their paths: no HEAD
+    assert plan.stats.calls["get"] == 3 and "head" not in plan.stats.calls, plan.stats.calls
+    assert lance.dataset(local_uri).count_rows() == 39
+
+
+def test_lost_race_pauses_grow_and_stay_bounded() -> None:
+    first = [race_delay(0) for _ in range(300)]
+    assert min(first) >= 0 and max(first) <= RACE_BACKOFF_BASE
+    assert max(race_delay(40) for _ in range(300)) <= BACKOFF_CAP
+    slow = [race_delay(40, attempt_seconds=2.0) for _ in range(300)]
+    assert BACKOFF_CAP < max(slow) <= 4.0

@@ -4,8 +4,9 @@ A commit tries to create the manifest of ``latest + 1``. When another writer got
 every transaction committed since ours was read is checked against ours
 (:mod:`alance.transaction.conflicts`); if all are compatible (deletion vectors merged where
 both deleted from a fragment), the transaction is built again on the newest version and
-committed after a jittered, growing pause, up to ``max_retries`` times and then on until
-:data:`COMMIT_DEADLINE` seconds have passed since the commit began. A conflict that cannot
+committed after a short random pause that grows with each loss (:func:`race_delay`), up to
+``max_retries`` times and then on until :data:`COMMIT_DEADLINE` seconds have passed since the
+commit began. A conflict that cannot
 be rebased raises :class:`~alance.errors.RetryableCommitConflictError` or
 :class:`~alance.errors.IncompatibleTransactionError`; running out of attempts raises
 :class:`~alance.errors.CommitConflictError`.
@@ -27,11 +28,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import numpy as np
 
 from alance._proto import transaction_pb2
-from alance.commit.handler import CommitHandler
+from alance.commit.handler import CommitHandler, ManifestLocation, manifest_path
 from alance.dataset.commit.rebase import finish_rebase
 from alance.dataset.fragments.deletions import WrittenFiles
 from alance.dataset.versions.auto_cleanup import AUTO_CLEANUP_INTERVAL, auto_cleanup_hook
-from alance.dataset.versions.snapshot import Snapshot, committed_here, load_snapshot
+from alance.dataset.versions.snapshot import (
+    Snapshot,
+    committed_here,
+    load_snapshot,
+    load_snapshot_at,
+)
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,
@@ -80,13 +86,28 @@ CommitCheck = Callable[[Sequence[tuple[int, Transaction]], Snapshot], Awaitable[
 
 
 async def committed_transaction(store: DatasetStore, handler: CommitHandler, version: int,
+                                scheme: ManifestNamingScheme | None = None,
                                 ) -> Transaction | None:
-    """The transaction that created ``version``, or ``None`` if it cannot be read."""
+    """The transaction that created ``version``, or ``None`` if it cannot be read.
+
+    ``scheme``: the dataset's naming scheme, when known: the manifest is then read from its
+    final path straight away (a manifest there is committed, whatever the handler), and
+    only when it is not there does the handler resolve the version (a HEAD per naming
+    scheme, or a DynamoDB read): while rebasing, one request per version less."""
     try:
-        snap = await load_snapshot(store, handler, version)
+        snap = await _load_committed(store, handler, version, scheme)
     except (NotFoundError, CorruptFileError):
         return None
     return await transaction_of(store, snap)
+
+
+async def _load_committed(store: DatasetStore, handler: CommitHandler, version: int,
+                          scheme: ManifestNamingScheme | None) -> Snapshot:
+    if scheme is not None:
+        with contextlib.suppress(NotFoundError):
+            return await load_snapshot_at(
+                store, ManifestLocation(version, manifest_path(version, scheme), scheme))
+    return await load_snapshot(store, handler, version)
 
 
 async def transaction_of(store: DatasetStore, snap: Snapshot) -> Transaction | None:
@@ -123,21 +144,42 @@ async def _cleaned_up(store: DatasetStore, handler: CommitHandler, version: int)
 REBASE_READ_CONCURRENCY = 8
 
 
-async def transactions_since(store: DatasetStore, handler: CommitHandler, checked: int,
-                             latest: Snapshot) -> list[tuple[int, Transaction | None]]:
-    """The transactions of versions ``checked + 1 .. latest.version``, oldest first, read
-    concurrently (a bounded number at a time); ``latest`` itself is not read again."""
+async def newest_and_since(store: DatasetStore, handler: CommitHandler, checked: int,
+                   ) -> tuple[Snapshot, list[tuple[int, Transaction | None]]]:
+    """The newest version, and the transactions of versions ``checked + 1`` up to it (oldest
+    first). Once the newest version is known, its manifest and those of the versions in
+    between are read at once (a bounded number at a time), the latter from their final
+    paths (see :func:`committed_transaction`)."""
+    location = await handler.latest(store)
     limit = asyncio.Semaphore(REBASE_READ_CONCURRENCY)
 
     async def one(version: int) -> Transaction | None:
-        if version == latest.version:
-            return await transaction_of(store, latest)
         async with limit:
-            return await committed_transaction(store, handler, version)
+            return await committed_transaction(store, handler, version,
+                                               location.naming_scheme)
 
-    versions = range(checked + 1, latest.version + 1)
-    found = await asyncio.gather(*(one(v) for v in versions))
-    return list(zip(versions, found, strict=True))
+    versions = range(checked + 1, location.version)
+    latest, found = await asyncio.gather(load_snapshot_at(store, location),
+                                         asyncio.gather(*(one(v) for v in versions)))
+    pairs = list(zip(versions, found, strict=True))
+    if latest.version > checked:
+        pairs.append((latest.version, await transaction_of(store, latest)))
+    return latest, pairs
+
+
+#: First pause (seconds) after a lost commit race: four times :data:`BACKOFF_BASE`. Measured
+#: with 8 to 32 writers on one dataset (``benchmarks/commit.py``), shorter first pauses make
+#: writers collide again at once, and pauses of a whole attempt's length or more (random
+#: slots as long as the first attempt, as pylance pauses) leave the store idle.
+RACE_BACKOFF_BASE = 0.02
+
+
+def race_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
+    """A random pause after the ``attempt``-th lost race (0: the first): full jitter up to
+    ``RACE_BACKOFF_BASE * 2**attempt``, capped at :data:`BACKOFF_CAP` or twice what the
+    attempt took, whichever is longer (see :func:`backoff_delay`)."""
+    cap = max(BACKOFF_CAP, 2 * attempt_seconds)
+    return random.uniform(0, min(RACE_BACKOFF_BASE * 2 ** min(attempt, 32), cap))
 
 
 def backoff_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
@@ -289,10 +331,9 @@ class _CommitLoop:
             started = time.monotonic()
             if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
                 catch_up = False
-                latest = await load_snapshot(self.store, self.handler)
+                latest, since = await newest_and_since(self.store, self.handler, checked)
                 others: list[tuple[int, Transaction]] = []
-                for version, other in await transactions_since(self.store, self.handler,
-                                                               checked, latest):
+                for version, other in since:
                     if other is not None and other.uuid == txn.uuid:
                         # An earlier attempt of ours landed after all (e.g. a lost response
                         # that the store client retried into a conflict).
@@ -357,7 +398,7 @@ class _CommitLoop:
                              self.store.uri, attempt + 1)
                 # Pause first, then catch up: the newest version is then as fresh as it can be
                 # when the next attempt is made.
-                await asyncio.sleep(backoff_delay(attempt, time.monotonic() - started))
+                await asyncio.sleep(race_delay(attempt, time.monotonic() - started))
                 catch_up = True
                 continue
             committed_here(encoded, mf.fragment_facts())
