@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,26 @@ class Result:
     latencies: list[float]
     failed: int
     wall: float
+    #: Requests the timed appends made (through the proxy), by kind; ``None``: not counted.
+    kinds: dict[str, int] | None = None
 
     def row(self) -> list[str]:
         lat = sorted(self.latencies)
         p50 = statistics.median(lat) * 1000 if lat else float("nan")
         p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))] * 1000 if lat else float("nan")
+        per = ""
+        if self.kinds is not None and lat:
+            per = f"{sum(self.kinds.values()) / len(lat):.1f}"
         return [self.engine, self.handler, str(self.writers), str(len(lat)), str(self.failed),
-                f"{self.wall:.2f}", f"{len(lat) / self.wall:.1f}", f"{p50:.0f}", f"{p95:.0f}"]
+                f"{self.wall:.2f}", f"{len(lat) / self.wall:.1f}", f"{p50:.0f}", f"{p95:.0f}",
+                per]
+
+    def breakdown(self) -> str:
+        """Requests per commit by kind."""
+        if not self.kinds or not self.latencies:
+            return ""
+        n = len(self.latencies)
+        return ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(self.kinds.items()))
 
 
 def batch(start: int) -> pa.Table:
@@ -73,13 +87,15 @@ def uri_for(target: DdbTarget, handler: str, name: str) -> str:
     return target.uri(name) if handler == "ddb" else target.s3_uri(name)
 
 
-async def run_alance(uri: str, options: dict[str, str], writers: int, each: int) -> Result:
+async def run_alance(uri: str, options: dict[str, str], writers: int, each: int,
+                     mark: Callable[[], None]) -> Result:
     latencies: list[float] = []
     failed = 0
 
     # One untimed append first: the first use of a store or table costs setup (clients,
     # the DynamoDB table check) that is not what this measures.
     await alance.write_dataset(batch(999_000_000), uri, mode="append", storage_options=options)
+    mark()
 
     async def writer(w: int) -> None:
         nonlocal failed
@@ -99,7 +115,8 @@ async def run_alance(uri: str, options: dict[str, str], writers: int, each: int)
     return Result("alance", "", writers, latencies, failed, time.perf_counter() - started)
 
 
-def run_pylance(uri: str, options: dict[str, str], writers: int, each: int) -> Result:
+def run_pylance(uri: str, options: dict[str, str], writers: int, each: int,
+                mark: Callable[[], None]) -> Result:
     latencies: list[float] = []
     failed = 0
     lock = threading.Lock()
@@ -119,6 +136,7 @@ def run_pylance(uri: str, options: dict[str, str], writers: int, each: int) -> R
                 latencies.append(time.perf_counter() - started)
 
     lance.write_dataset(batch(999_000_000), uri, mode="append", storage_options=options)
+    mark()
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
     started = time.perf_counter()
     for t in threads:
@@ -129,14 +147,21 @@ def run_pylance(uri: str, options: dict[str, str], writers: int, each: int) -> R
 
 
 def bench(target: DdbTarget, engine: str, handler: str, writers: int, total: int,
-          name: str) -> Result:
+          name: str, proxy: Any = None) -> Result:
     uri, options = uri_for(target, handler, name), target.storage_options
     lance.write_dataset(batch(0), uri, storage_options=options, data_storage_version="legacy")
     each = max(1, total // writers)
+
+    def mark() -> None:  # the timed appends start: count their requests only
+        if proxy is not None:
+            proxy.reset()
+
     if engine == "alance":
-        result = asyncio.run(run_alance(uri, options, writers, each))
+        result = asyncio.run(run_alance(uri, options, writers, each, mark))
     else:
-        result = run_pylance(uri, options, writers, each)
+        result = run_pylance(uri, options, writers, each, mark)
+    if proxy is not None:
+        result.kinds = proxy.reset()["kinds"]
     result.handler = handler
     check = lance.dataset(uri, storage_options=options)
     expected = 2 + len(result.latencies)  # the create, the warm-up and the timed appends
@@ -148,7 +173,7 @@ def bench(target: DdbTarget, engine: str, handler: str, writers: int, total: int
 
 def print_table(results: list[Result], latency_ms: float) -> None:
     head = ["engine", "commit", "writers", "commits", "failed", "wall s", "commits/s",
-            "p50 ms", "p95 ms"]
+            "p50 ms", "p95 ms", "req/commit"]
     rows = [head] + [r.row() for r in results]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     print(f"\nmoto, injected latency {latency_ms:g} ms per request")
@@ -156,6 +181,11 @@ def print_table(results: list[Result], latency_ms: float) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    counted = [r for r in results if r.kinds]
+    if counted:
+        print("\nrequests per commit by kind")
+        for r in counted:
+            print(f"  {r.engine:8} {r.handler:4} {r.writers:3}: {r.breakdown()}")
 
 
 def main() -> None:
@@ -166,6 +196,9 @@ def main() -> None:
     p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--engines", nargs="+", default=["alance", "pylance"])
     p.add_argument("--handlers", nargs="+", default=["put", "ddb"])
+    p.add_argument("--count-requests", action="store_true",
+                   help="route requests through the proxy (even with no latency) and count "
+                        "them per commit, by kind")
     args = p.parse_args()
 
     moto = MotoServer(mode="subprocess").start()
@@ -173,7 +206,7 @@ def main() -> None:
     try:
         s3 = moto.target()
         endpoint = moto.endpoint
-        if args.latency_ms > 0:
+        if args.latency_ms > 0 or args.count_requests:
             proxy = ProxyProcess(moto.endpoint.removeprefix("http://"), args.latency_ms)
             endpoint = proxy.endpoint
         table = create_table(moto.endpoint)
@@ -183,7 +216,8 @@ def main() -> None:
             for writers in args.writers:
                 for engine in args.engines:
                     name = f"{engine}-{handler}-{writers}"
-                    results.append(bench(target, engine, handler, writers, args.total, name))
+                    results.append(bench(target, engine, handler, writers, args.total, name,
+                                         proxy))
                     print(" ".join(results[-1].row()), flush=True)
         print_table(results, args.latency_ms)
     finally:

@@ -42,7 +42,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CHUNK = 256 * 1024
@@ -61,6 +61,32 @@ class ProxyStats:
     bytes_up: int = 0
     bytes_down: int = 0
     dropped: int = 0
+    #: Requests by kind (:func:`request_kind`).
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+def request_kind(first_chunk: bytes) -> str:
+    """What a request is, from its first bytes: the DynamoDB operation (``ddb:GetItem``), or
+    the HTTP method with ``LIST`` for S3 listings and ``PUT-IF-NONE-MATCH`` for conditional
+    creates."""
+    head = first_chunk.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    lines = head.split("\r\n")
+    method, _, rest = lines[0].partition(" ")
+    target = rest.rsplit(" ", 1)[0]
+    headers = {k.strip().lower(): v.strip() for k, _, v in
+               (line.partition(":") for line in lines[1:])}
+    if "x-amz-target" in headers:
+        return "ddb:" + headers["x-amz-target"].rsplit(".", 1)[-1]
+    if method == "GET" and ("list-type=" in target or "delimiter=" in target
+                            or target.rstrip("/").count("/") <= 1):
+        return "LIST"
+    if method == "PUT" and headers.get("if-none-match") == "*":
+        return "PUT-IF-NONE-MATCH"
+    if method == "PUT" and ("partNumber=" in target):
+        return "PUT-PART"
+    if method == "POST" and "uploads" in target:
+        return "POST-MULTIPART"
+    return method
 
 
 class LatencyProxy:
@@ -127,6 +153,8 @@ class LatencyProxy:
                     new_request = False
                     drop = self.drop_response is not None and self.drop_response(data)
                     self.stats.requests += 1
+                    kind = request_kind(data)
+                    self.stats.kinds[kind] = self.stats.kinds.get(kind, 0) + 1
                     if not waiting:
                         waiting = True
                         self.stats.waiting += 1

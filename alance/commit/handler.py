@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from alance.errors import (
@@ -26,6 +28,9 @@ from alance.errors import (
     NotFoundError,
 )
 from alance.format.manifest import (
+    DETACHED_VERSION_MASK,
+    MANIFEST_SUFFIX,
+    U64_MAX,
     VERSIONS_DIR,
     ManifestNamingScheme,
     detached_manifest_file_name,
@@ -66,6 +71,73 @@ def _location(meta: ObjectMeta) -> ManifestLocation | None:
     return ManifestLocation(version, meta.path, scheme, meta.size, meta.last_modified)
 
 
+#: Length of a V2 manifest name (20 digits and the suffix).
+_V2_NAME_LEN = 20 + len(".manifest")
+#: The V2 stem of the newest version that is not detached (stems sort like numbers; smaller
+#: stems are newer versions, and those below this one are detached).
+_V2_OLDEST_DETACHED_STEM = f"{U64_MAX - DETACHED_VERSION_MASK:020d}"
+
+
+def newest_manifest(paths: Iterable[str]) -> ManifestLocation | None:
+    """The newest committed (not detached) version among the paths of a listing of
+    ``_versions/`` (``None`` if there is none); other names and deeper paths are ignored.
+
+    V2 names are compared as strings (20 digits each: the smallest is the newest), so only
+    the winners of each scheme are parsed: a listing of thousands of versions costs one
+    pass of string tests."""
+    return _newest(paths)[0]
+
+
+def _newest(paths: Iterable[str]) -> tuple[ManifestLocation | None, bool]:
+    """:func:`newest_manifest`, and whether committed manifests of both naming schemes were
+    listed."""
+    prefix = VERSIONS_DIR + "/"
+    v2_len = len(prefix) + _V2_NAME_LEN
+    v2: list[str] = []
+    others: list[str] = []
+    for path in paths:
+        if not path.endswith(MANIFEST_SUFFIX) or not path.startswith(prefix):
+            continue
+        if len(path) == v2_len and "/" not in path[len(prefix):]:
+            v2.append(path)
+        else:
+            others.append(path)
+    best: tuple[int, int, str, ManifestNamingScheme] | None = None
+    stems = [p for p in v2 if p[len(prefix):len(prefix) + 20] > _V2_OLDEST_DETACHED_STEM]
+    for path in [min(stems)] if stems else []:
+        parsed = parse_manifest_file_name(path[len(prefix):])
+        if parsed is not None:  # a 20-digit stem
+            best = (parsed[0], 1, path, parsed[1])
+        else:  # not all digits: look at every such name
+            others.extend(v2)
+    schemes = {best[3]} if best is not None else set()
+    for path in others:
+        name = path[len(prefix):]
+        parsed = parse_manifest_file_name(name) if "/" not in name else None
+        if parsed is None or is_detached_version(parsed[0]):
+            continue
+        version, scheme = parsed
+        schemes.add(scheme)
+        key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    found = ManifestLocation(best[0], best[2], best[3]) if best is not None else None
+    return found, len(schemes) > 1
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """What the last listing of a store's ``_versions/`` in this process showed."""
+
+    version: int
+    scheme: ManifestNamingScheme
+    mixed: bool
+
+
+#: The last listing of each store (see :meth:`ConditionalPutCommitHandler.commit`).
+_LISTED: weakref.WeakKeyDictionary[DatasetStore, _Listed] = weakref.WeakKeyDictionary()
+
+
 class CommitHandler(abc.ABC):
     """Resolves versions and commits manifests for one kind of store."""
 
@@ -83,19 +155,12 @@ class CommitHandler(abc.ABC):
 
         Read from the names in ``_versions/`` only (no sizes: on a local disk that is one
         ``listdir`` however many versions there are; every commit asks)."""
-        best: tuple[int, int, str, ManifestNamingScheme] | None = None
-        for path in await store.list_names(VERSIONS_DIR):
-            name = path.rsplit("/", 1)[-1]
-            parsed = parse_manifest_file_name(name) if path == f"{VERSIONS_DIR}/{name}" else None
-            if parsed is None or is_detached_version(parsed[0]):
-                continue
-            version, scheme = parsed
-            key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        if best is None:
+        found, mixed = _newest(await store.list_names(VERSIONS_DIR))
+        if found is None:
+            _LISTED.pop(store, None)
             raise DatasetNotFoundError(f"no dataset at {store.uri}")
-        return ManifestLocation(best[0], best[2], best[3])
+        _LISTED[store] = _Listed(found.version, found.naming_scheme, mixed)
+        return found
 
     async def resolve(self, store: DatasetStore, version: int) -> ManifestLocation:
         """The location of one version; :class:`NotFoundError` if it does not exist."""
@@ -121,6 +186,14 @@ class ConditionalPutCommitHandler(CommitHandler):
 
     Works wherever the store has an atomic put-if-absent: local disks, memory, and S3-compatible
     stores that honour ``If-None-Match: *``.
+
+    The create is conditional on the name of one naming scheme; the version must not exist
+    under the other either. That is checked with a request, unless the newest listing of
+    the store in this process already answers: a version at or below the newest one listed
+    exists (a conflict, no request), and the version right after it, in a directory whose
+    manifests all use the scheme being committed with, can only be taken under that
+    scheme's name (writers commit with the scheme of the newest manifest), which the
+    conditional create itself guards.
     """
 
     async def commit(self, store: DatasetStore, version: int, manifest: bytes,
@@ -129,7 +202,12 @@ class ConditionalPutCommitHandler(CommitHandler):
         other = manifest_path(version, ManifestNamingScheme.V1
                               if naming_scheme is ManifestNamingScheme.V2
                               else ManifestNamingScheme.V2)
-        if await store.exists(other):
+        listed = _LISTED.get(store) if version > 1 else None  # a create always asks
+        if listed is not None and version <= listed.version:
+            raise CommitConflictError(f"version {version} of {store.uri} already exists")
+        known_free = (listed is not None and not listed.mixed
+                      and listed.scheme is naming_scheme and version == listed.version + 1)
+        if not known_free and await store.exists(other):
             raise CommitConflictError(f"version {version} of {store.uri} already exists")
         try:
             await store.put_if_absent(path, manifest)

@@ -14,11 +14,12 @@ treats them as unsupported.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import IntFlag
 
 from alance._proto import table_pb2
 from alance.errors import InvalidInputError, UnsupportedFeatureError
+from alance.format.fragment_facts import FragmentFacts, all_facts, file_versions
 
 
 class FeatureFlag(IntFlag):
@@ -110,19 +111,12 @@ def check_writer_flags(flags: int, supported: int = WRITER_SUPPORTED) -> None:
     _check(flags, supported, "writer")
 
 
-def _data_file_versions(manifest: table_pb2.Manifest) -> set[tuple[int, int]]:
-    return {
-        (f.file_major_version, f.file_minor_version)
-        for frag in manifest.fragments
-        for f in frag.files
-    }
-
-
 def compute_feature_flags(
     manifest: table_pb2.Manifest,
     *,
     stable_row_ids: bool = False,
     disable_transaction_file: bool = False,
+    facts: Sequence[FragmentFacts] | None = None,
 ) -> tuple[int, int]:
     """The ``(reader, writer)`` flags a manifest's content calls for, as Lance derives them.
 
@@ -137,14 +131,16 @@ def compute_feature_flags(
 
     Bits with no content rule here (e.g. pylance-14-only ones) are not produced; a writer
     that commits on top of a table must already have refused those via
-    :func:`check_writer_flags`.
+    :func:`check_writer_flags`. ``facts``: those of ``manifest.fragments`` when known.
     """
+    if facts is None:
+        facts = all_facts(manifest.fragments)
     reader = 0
     writer = 0
-    if any(frag.HasField("deletion_file") for frag in manifest.fragments):
+    if any(f.deletion for f in facts):
         reader |= FeatureFlag.DELETION_FILES
         writer |= FeatureFlag.DELETION_FILES
-    with_ids = [frag.WhichOneof("row_id_sequence") is not None for frag in manifest.fragments]
+    with_ids = [f.row_ids for f in facts]
     if any(with_ids) or stable_row_ids:
         if not all(with_ids):
             raise InvalidInputError("stable row ids: every fragment must carry row ids")
@@ -157,7 +153,7 @@ def compute_feature_flags(
         writer |= FeatureFlag.BASE_PATHS
     if disable_transaction_file:
         writer |= FeatureFlag.DISABLE_TRANSACTION_FILE
-    if len(_data_file_versions(manifest)) > 1:
+    if len(file_versions(facts)) > 1:
         reader |= FeatureFlag.MIXED_DATA_FILE_VERSIONS
         writer |= FeatureFlag.MIXED_DATA_FILE_VERSIONS
     return int(reader), int(writer)
@@ -168,10 +164,12 @@ def apply_feature_flags(
     *,
     stable_row_ids: bool = False,
     disable_transaction_file: bool = False,
+    facts: Sequence[FragmentFacts] | None = None,
 ) -> None:
     """Set ``manifest``'s reader/writer flags from :func:`compute_feature_flags`."""
     reader, writer = compute_feature_flags(
-        manifest, stable_row_ids=stable_row_ids, disable_transaction_file=disable_transaction_file
+        manifest, stable_row_ids=stable_row_ids,
+        disable_transaction_file=disable_transaction_file, facts=facts,
     )
     manifest.reader_feature_flags = reader
     manifest.writer_feature_flags = writer

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError, Message
 
 from alance._proto import table_pb2, transaction_pb2
 from alance.errors import CorruptFileError, InvalidInputError
+from alance.format.fragment_facts import FragmentFacts, all_facts
 
 MAGIC = b"LANC"
 #: Footer version numbers pylance writes into manifest files.
@@ -71,12 +72,24 @@ class ManifestFile:
 
     When encoding, the section positions in ``manifest`` are recomputed; callers never set
     ``index_section``/``transaction_section`` themselves.
+
+    ``facts`` are the :class:`~alance.format.fragment_facts.FragmentFacts` of
+    ``manifest.fragments`` in order, when whoever made this object knows them (a load or a
+    build); :meth:`fragment_facts` computes them otherwise. Whoever changes the fragments
+    afterwards must update them.
     """
 
     manifest: table_pb2.Manifest
     index_section: table_pb2.IndexSection | None = None
     transaction: transaction_pb2.Transaction | None = None
     prelude: bytes = field(default=b"", repr=False)
+    facts: tuple[FragmentFacts, ...] | None = field(default=None, repr=False, compare=False)
+
+    def fragment_facts(self) -> tuple[FragmentFacts, ...]:
+        """The facts of every fragment, in order (computed and kept when not known)."""
+        if self.facts is None or len(self.facts) != len(self.manifest.fragments):
+            self.facts = all_facts(self.manifest.fragments)
+        return self.facts
 
     @property
     def indices(self) -> list[table_pb2.IndexMetadata]:
@@ -166,6 +179,69 @@ def decode_manifest_file(data: bytes | bytearray | memoryview) -> ManifestFile:
         transaction=transaction,
         prelude=bytes(view[:prelude_end]),
     )
+
+
+def manifest_message_bytes(data: bytes | bytearray | memoryview) -> memoryview:
+    """The encoded Manifest message inside a manifest file that decodes
+    (:func:`decode_manifest_file` checked its footer)."""
+    view = memoryview(data).cast("B")
+    pos = _FOOTER.unpack_from(view, len(view) - FOOTER_SIZE)[0]
+    (length,) = _LEN.unpack_from(view, pos)
+    return view[pos + 4 : pos + 4 + length]
+
+
+#: Field number of ``Manifest.fragments``.
+_FRAGMENTS_FIELD = 2
+
+
+def _varint_rest(buf: bytes, i: int, first: int) -> tuple[int, int]:
+    """A varint whose first byte ``first`` had the continuation bit, and the position after
+    it (``buf[i]`` is its second byte)."""
+    value, shift = first & 0x7F, 7
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def fragment_entries(message: bytes | memoryview) -> list[bytes] | None:
+    """The encoded DataFragment messages of an encoded Manifest message, in order (the bytes
+    of each ``fragments`` entry), by walking its top-level fields; ``None`` if the walk meets
+    something it does not expect (the caller then works from the decoded message)."""
+    buf = bytes(message)
+    out: list[bytes] = []
+    i, n = 0, len(buf)
+    try:
+        while i < n:
+            tag = buf[i]
+            i += 1
+            if tag & 0x80:  # one byte is the common case: only longer ones take a call
+                tag, i = _varint_rest(buf, i, tag)
+            kind = tag & 7
+            if kind == 2:
+                length = buf[i]
+                i += 1
+                if length & 0x80:
+                    length, i = _varint_rest(buf, i, length)
+                if tag >> 3 == _FRAGMENTS_FIELD:
+                    out.append(buf[i : i + length])
+                i += length
+            elif kind == 0:
+                while buf[i] & 0x80:
+                    i += 1
+                i += 1
+            elif kind == 1:
+                i += 8
+            elif kind == 5:
+                i += 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return out if i == n else None
 
 
 def _frame(msg: Message) -> bytes:
@@ -403,7 +479,9 @@ __all__ = [
     "encode_manifest_file",
     "encode_transaction_file",
     "is_detached_version",
+    "fragment_entries",
     "make_writer_version",
+    "manifest_message_bytes",
     "needs_migration",
     "manifest_file_name",
     "parse_manifest_file_name",

@@ -66,6 +66,16 @@ Buffer = bytes | memoryview
 Meta = dict[str, Any]
 
 _obstore_pid: int | None = None
+#: Whether this process was forked (from a parent that imported alance): only then can the
+#: obstore runtime be missing, and ``os.getpid`` is asked.
+_forked = [False]
+
+
+def _note_fork() -> None:
+    _forked[0] = True
+
+
+os.register_at_fork(after_in_child=_note_fork)
 
 
 def _mark_obstore_used() -> None:
@@ -90,7 +100,7 @@ def _let_runtime_threads_finish() -> None:
 
 def obstore_usable() -> bool:
     """False in a process forked after obstore was used (its runtime threads are gone)."""
-    return _obstore_pid is None or _obstore_pid == os.getpid()
+    return _obstore_pid is None or not _forked[0] or _obstore_pid == os.getpid()
 
 
 #: Exceptions obstore calls raise besides its own: OS errors, ``ValueError`` for a key it
@@ -253,12 +263,17 @@ class _ObstoreUpload:
     obstore uploads what the queue yields (a multipart upload once it exceeds one part, parts
     sent concurrently); :meth:`abort` makes the source raise, and obstore then aborts the
     multipart upload, so no incomplete upload or partial object is left behind.
+
+    The first part is held until a second one comes: an object written in one part (most
+    data files of an append) is sent with one plain PUT when the upload completes, instead of
+    the three requests of a multipart upload (start, part, complete).
     """
 
     def __init__(self, store: Any, key: str) -> None:
         self._store, self._key = store, key
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=UPLOAD_QUEUE_PARTS)
         self._task: asyncio.Task[Any] | None = None
+        self._held: Buffer | None = None
 
     async def _source(self) -> Any:
         while True:
@@ -292,13 +307,28 @@ class _ObstoreUpload:
             raise_mapped(exc, self._key)
 
     async def write(self, data: Buffer) -> None:
+        if self._task is None and self._held is None:
+            self._held = data
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            await self._send(held)
         await self._send(data)
 
     async def complete(self) -> None:
+        if self._task is None:  # one part at most: a plain PUT
+            held, self._held = self._held, None
+            data = held if isinstance(held, bytes | bytearray) else bytes(held or b"")
+            try:
+                await obstore.put_async(self._store, self._key, data)
+            except Exception as exc:
+                raise_mapped(exc, self._key)
+            return
         await self._send(_END)
         await self._result(self._started())
 
     async def abort(self) -> None:
+        self._held = None
         if self._task is None:
             return
         if not self._task.done():

@@ -148,11 +148,46 @@ def _build(scheme: str, bucket: str, options: Mapping[str, Any],
         # One request may take REQUEST_TIMEOUT; the whole operation, retries included, is
         # bounded by the store's deadline (alance.io.deadline: 60 s unless set).
         client.setdefault("timeout", REQUEST_TIMEOUT)
-        return S3Store(bucket, config=config, client_options=client,  # type: ignore[arg-type]
-                       retry_config=retry_config,  # type: ignore[arg-type]
-                       credential_provider=resolved.provider)  # type: ignore[arg-type]
-    if scheme == "gs":
-        return GCSStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
-                        retry_config=retry_config)  # type: ignore[arg-type]
-    return AzureStore(bucket, config=config, client_options=client,  # type: ignore[arg-type]
-                      retry_config=retry_config)  # type: ignore[arg-type]
+        if resolved.provider is not None:  # credentials that refresh: a store of their own
+            return S3Store(bucket, config=config,  # type: ignore[arg-type]
+                           client_options=client,  # type: ignore[arg-type]
+                           retry_config=retry_config,  # type: ignore[arg-type]
+                           credential_provider=resolved.provider)  # type: ignore[arg-type]
+    return _shared(scheme, bucket, config, client, retry_config)
+
+
+#: Stores already built, by everything they were built from (see :func:`_shared`).
+_STORES: dict[str, Any] = {}
+#: Environment variables the stores' SDK settings may come from.
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS_", "AZURE_")
+#: Stores kept at most (then the memory starts over).
+MAX_SHARED_STORES = 64
+
+
+def _forget_stores() -> None:
+    _STORES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_stores)  # a child builds its own
+
+
+def _shared(scheme: str, bucket: str, config: Mapping[str, Any], client: Mapping[str, Any],
+            retry_config: Mapping[str, Any]) -> Any:
+    """The store for these settings, built once per process: building one costs milliseconds
+    (an HTTP client, TLS roots), and a store built anew has no open connections, so every
+    dataset opened from a URI would pay a connection set-up per request it makes first.
+    The environment variables obstore reads itself (credentials, web identity...) are part
+    of the settings: rotated ones get a new store."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
+    key = repr((scheme, bucket, sorted(config.items()), sorted(client.items()),
+                sorted(retry_config.items()), env))
+    found = _STORES.get(key)
+    if found is not None:
+        return found
+    cls = {"s3": S3Store, "gs": GCSStore}.get(scheme, AzureStore)
+    built = cls(bucket, config=config, client_options=client,  # type: ignore[arg-type]
+                retry_config=retry_config)  # type: ignore[arg-type]
+    if len(_STORES) >= MAX_SHARED_STORES:
+        _STORES.clear()
+    _STORES[key] = built
+    return built

@@ -158,6 +158,9 @@ class DatasetStore:
         deadline: seconds one operation may take, every attempt, backoff pause and wait for
             an in-flight slot included (:mod:`alance.io.deadline`); then
             :class:`~alance.errors.DeadlineExceededError`.
+        version_hint: whether commits keep ``_versions/latest_version_hint.json`` up to
+            date, as pylance does on local disks (not on object stores, where it would cost
+            a request per commit and nothing reads it).
         slow_warning: an operation that takes longer than this many seconds (the same span
             as ``deadline``) is logged at WARNING on ``alance.io.store``; faster ones at DEBUG.
 
@@ -178,7 +181,8 @@ class DatasetStore:
                  tail_bytes: int = DEFAULT_TAIL_BYTES,
                  block_cache_bytes: int = 0,
                  deadline: float = DEFAULT_DEADLINE,
-                 slow_warning: float = DEFAULT_SLOW_WARNING) -> None:
+                 slow_warning: float = DEFAULT_SLOW_WARNING,
+                 version_hint: bool = True) -> None:
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency must be at least 1")
         if max_retries < 0:
@@ -202,6 +206,7 @@ class DatasetStore:
         self.scan_chunk_bytes = max(1, scan_chunk_bytes)
         self.tail_bytes = max(64, tail_bytes)
         self.block_cache = shared_cache(block_cache_bytes) if block_cache_bytes > 0 else None
+        self.version_hint = version_hint
         #: ``(uri, storage_options)`` that rebuild this store (set by ``open_store``).
         self.reopen_args: tuple[str, dict[str, Any]] | None = None
         #: The function that rebuilds this store from :attr:`reopen_args` (``open_store``).

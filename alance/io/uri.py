@@ -232,7 +232,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy.setdefault("ranges_per_request", 1)
     policy.setdefault("tail_bytes", CLOUD_TAIL_BYTES)
     policy.setdefault("block_cache_bytes", DEFAULT_CACHE_BYTES)
-    return DatasetStore(ObstoreBackend(store), root, uri=text,
+    return DatasetStore(ObstoreBackend(store), root, uri=text, version_hint=False,
                         max_concurrency=(CLOUD_MAX_CONCURRENCY if concurrency is None
                                          else concurrency),
                         limiter_key=f"{cloud}://{parsed.netloc}", **policy)

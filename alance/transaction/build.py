@@ -17,14 +17,16 @@ Rules followed (as Lance applies them):
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from alance._proto import table_pb2, transaction_pb2
 from alance._version import __version__
 from alance.errors import InvalidInputError, RetryableCommitConflictError, UnsupportedFeatureError
 from alance.format.feature_flags import FeatureFlag, apply_feature_flags, check_writer_flags
+from alance.format.fragment_facts import FragmentFacts, all_facts, fragment_facts
 from alance.format.manifest import ManifestFile, make_writer_version
 from alance.transaction import indices as ix
 from alance.transaction.lineage import assign_new_rows
@@ -212,7 +214,8 @@ def _append_rows(step: _Step) -> None:
 def _delete_rows(step: _Step) -> None:
     d = step.txn.delete
     step.fragments = _replace(step.fragments, d.deleted_fragment_ids, d.updated_fragments)
-    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids,
+                                               [f.id for f in step.fragments])
 
 
 def _update_rows(step: _Step) -> None:
@@ -222,7 +225,8 @@ def _update_rows(step: _Step) -> None:
                              upd.fields_modified)
     step.new_rows = step.ids.assign(upd.new_fragments)
     step.fragments += step.new_rows
-    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids,
+                                               [f.id for f in step.fragments])
 
 
 def _overwrite_rows(step: _Step) -> None:
@@ -251,7 +255,8 @@ def _create_index_rows(step: _Step) -> None:
 
 def _merge_rows(step: _Step) -> None:
     step.fragments = _copies(step.txn.merge.fragments)
-    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids,
+                                               [f.id for f in step.fragments])
 
 
 def _project_rows(step: _Step) -> None:
@@ -259,7 +264,8 @@ def _project_rows(step: _Step) -> None:
         keep = [f for f in frag.files if any(fid in step.field_ids for fid in f.fields)]
         del frag.files[:]
         frag.files.extend(keep)
-    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, step.fragments)
+    step.indices = ix.retain_relevant_indices(step.indices, step.field_ids,
+                                               [f.id for f in step.fragments])
 
 
 def _data_replacement_rows(step: _Step) -> None:
@@ -327,6 +333,12 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     (``base`` is ``None``); afterwards the base's feature flag decides. With stable row ids,
     the rows of appended, overwriting and updating fragments get row ids and versions (see
     :func:`~alance.transaction.lineage.assign_new_rows`) and ``next_row_id`` advances.
+
+    Operations that keep the base's fragments in place (appends, deletes, updates, index
+    and config changes) change the copied manifest's fragment list only where they touch it,
+    and take what they need of the other fragments from the base's
+    :class:`~alance.format.fragment_facts.FragmentFacts`: their cost does not grow with the
+    number of fragments the dataset has (beyond copying the manifest in C).
     """
     op = operation_name(txn)
     if op not in BUILDABLE:
@@ -340,18 +352,19 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
         return _restored(base, txn, transaction_file, restore_source)
 
     manifest = table_pb2.Manifest()
+    base_facts: tuple[FragmentFacts, ...] = ()
     if base is not None:
         manifest.CopyFrom(base.manifest)
         manifest.version = base.manifest.version + 1
         for name in ("tag", "version_aux_data"):
             manifest.ClearField(name)  # type: ignore[arg-type]
-        fragments = _copies(base.manifest.fragments)
+        base_facts = base.fragment_facts()
         indices = [_copy_index(i) for i in base.indices]
     else:
         manifest.version = 1
         manifest.data_format.file_format = "lance"
         manifest.data_format.version = data_storage_version
-        fragments, indices = [], []
+        indices = []
     new_schema = schema_protos(txn)
     if new_schema is not None:
         del manifest.fields[:]
@@ -359,38 +372,130 @@ def build_manifest(base: ManifestFile | None, txn: transaction_pb2.Transaction, 
     if op in ("overwrite", "merge"):
         metadata = txn.overwrite.schema_metadata if op == "overwrite" else txn.merge.schema_metadata
         _set_map(manifest.schema_metadata, dict(metadata))
-    step = _Step(txn, manifest, fragments, indices, {int(f.id) for f in manifest.fields},
-                 _Ids(0 if op == "overwrite" else next_fragment_id(manifest)),
-                 data_storage_version if base is not None else None)
-    rows, settings = _APPLY[op]
-    rows(step)
+    if op == "overwrite":
+        first_id = 0
+    elif manifest.HasField("max_fragment_id"):
+        first_id = int(manifest.max_fragment_id) + 1
+    else:
+        first_id = max((f.id + 1 for f in base_facts), default=0)
+    step = _Step(txn, manifest, [], indices, {int(f.id) for f in manifest.fields},
+                 _Ids(first_id), data_storage_version if base is not None else None)
     stable = (bool(base.manifest.reader_feature_flags & FeatureFlag.STABLE_ROW_IDS)
               if base is not None else stable_row_ids)
+    facts = None
+    if op in _IN_PLACE:
+        facts = _build_in_place(step, base_facts, stable)
+    if facts is None:  # rebuilt fragment by fragment
+        if base is not None:
+            step.fragments = _copies(base.manifest.fragments)
+        step.indices, step.new_rows = indices, []
+        step.ids = _Ids(first_id)
+        facts = _build_generic(step, stable)
+    settings = _APPLY[op][1]
+    settings(step)
+    apply_feature_flags(manifest, stable_row_ids=stable, facts=facts)
+    manifest.writer_version.CopyFrom(make_writer_version(__version__))
+    _finish(manifest, txn, transaction_file)
+    if op != "overwrite":
+        prelude = base.prelude if base is not None else b""
+    section = table_pb2.IndexSection(indices=step.indices) if step.indices else None
+    return ManifestFile(manifest=manifest, index_section=section, transaction=txn,
+                        prelude=prelude or b"", facts=facts)
+
+
+def _build_generic(step: _Step, stable: bool) -> tuple[FragmentFacts, ...]:
+    """Apply the operation to a list of copied fragments and install them in the manifest."""
+    manifest = step.manifest
+    rows = _APPLY[operation_name(step.txn)][0]
+    rows(step)
     if stable:
         manifest.next_row_id = assign_new_rows(step.new_rows, int(manifest.next_row_id),
                                                int(manifest.version))
-    fragments, indices = step.fragments, step.indices
+    fragments = step.fragments
     fragments.sort(key=lambda f: f.id)
     for frag in fragments:
-        if any(all(fid == TOMBSTONE for fid in f.fields) for f in frag.files):
-            keep = [f for f in frag.files if any(fid != TOMBSTONE for fid in f.fields)]
-            del frag.files[:]
-            frag.files.extend(keep)
+        _drop_tombstoned_files(frag)
     del manifest.fragments[:]
     manifest.fragments.extend(fragments)
     if fragments:
         top = max(f.id for f in fragments)
         if not manifest.HasField("max_fragment_id") or manifest.max_fragment_id < top:
             manifest.max_fragment_id = top
-    settings(step)
-    apply_feature_flags(manifest, stable_row_ids=stable)
-    manifest.writer_version.CopyFrom(make_writer_version(__version__))
-    _finish(manifest, txn, transaction_file)
-    if op != "overwrite":
-        prelude = base.prelude if base is not None else b""
-    section = table_pb2.IndexSection(indices=indices) if indices else None
-    return ManifestFile(manifest=manifest, index_section=section, transaction=txn,
-                        prelude=prelude or b"")
+    return all_facts(manifest.fragments)
+
+
+def _drop_tombstoned_files(frag: Fragment) -> bool:
+    """Remove the data files that hold only dropped fields; whether there were any."""
+    if not any(all(fid == TOMBSTONE for fid in f.fields) for f in frag.files):
+        return False
+    keep = [f for f in frag.files if any(fid != TOMBSTONE for fid in f.fields)]
+    del frag.files[:]
+    frag.files.extend(keep)
+    return True
+
+
+#: Operations that keep the base's fragments where they are, replace or remove some by id
+#: and add new ones (with the highest ids): :func:`_build_in_place` builds them.
+_IN_PLACE = frozenset({"append", "delete", "update", "create_index", "update_config",
+                       "update_bases", "reserve_fragments"})
+
+
+def _build_in_place(step: _Step, base_facts: Sequence[FragmentFacts], stable: bool,
+                    ) -> tuple[FragmentFacts, ...] | None:
+    """Apply an :data:`_IN_PLACE` operation to the fragments the manifest copied from the
+    base; ``None`` (nothing changed) if the result would need sorting (new fragments that
+    bring lower ids than the base's), which the generic build does."""
+    txn, manifest = step.txn, step.manifest
+    op = operation_name(txn)
+    removed: set[int] = set()
+    updated: list[Fragment] = []
+    if op == "append":
+        step.new_rows = step.ids.assign(txn.append.fragments)
+    elif op == "delete":
+        removed = set(txn.delete.deleted_fragment_ids)
+        updated = _copies(txn.delete.updated_fragments)
+    elif op == "update":
+        removed = set(txn.update.removed_fragment_ids)
+        updated = _copies(txn.update.updated_fragments)
+        step.new_rows = step.ids.assign(txn.update.new_fragments)
+    ids = [f.id for f in base_facts]
+    kept = [fid for fid in ids if fid not in removed] if removed else ids
+    final = kept + [int(f.id) for f in step.new_rows]
+    if any(a >= b for a, b in itertools.pairwise(final)):
+        return None
+    if op == "update":
+        ix.prune_modified_fields(step.indices, [f.id for f in txn.update.updated_fragments],
+                                 txn.update.fields_modified)
+    elif op == "create_index":
+        _create_index_rows(step)
+    if op in ("delete", "update"):
+        step.indices = ix.retain_relevant_indices(step.indices, step.field_ids, final)
+    if stable:
+        manifest.next_row_id = assign_new_rows(step.new_rows, int(manifest.next_row_id),
+                                               int(manifest.version))
+    facts = list(base_facts)
+    fragments = manifest.fragments
+    if updated or removed:
+        position = {fid: i for i, fid in enumerate(ids)}
+        for frag in updated:
+            i = position.get(frag.id)
+            if i is not None and frag.id not in removed:
+                fragments[i].CopyFrom(frag)
+                facts[i] = fragment_facts(frag)
+        for i in sorted((position[fid] for fid in removed if fid in position), reverse=True):
+            del fragments[i]
+            del facts[i]
+    for frag in step.new_rows:
+        fragments.add().CopyFrom(frag)
+        facts.append(fragment_facts(frag))
+    for i, f in enumerate(facts):
+        if f.tombstoned and _drop_tombstoned_files(fragments[i]):
+            facts[i] = fragment_facts(fragments[i])
+    if final:
+        top = final[-1]
+        if not manifest.HasField("max_fragment_id") or manifest.max_fragment_id < top:
+            manifest.max_fragment_id = top
+    return tuple(facts)
 
 
 def _add_bases(manifest: table_pb2.Manifest, bases: Iterable[table_pb2.BasePath]) -> None:

@@ -129,7 +129,7 @@ class RebaseState:
             if not op.updated_fragments:
                 # Only whole fragments removed: any overlap means planning again.
                 has_affected_rows = False
-        initial = {f.id: f for f in read_fragments if f.id in modified}
+        initial = {f.id: f for f in read_fragments if f.id in modified} if modified else {}
         return cls(txn, initial, has_affected_rows)
 
     @property

@@ -60,11 +60,13 @@ def _is_empty(index: Index, existing: pyroaring.BitMap) -> bool:
 
 
 def retain_relevant_indices(indices: list[Index], field_ids: set[int],
-                            fragments: Iterable[table_pb2.DataFragment]) -> list[Index]:
-    """The indices that still make sense for this schema and these fragments."""
+                            fragment_ids: Iterable[int]) -> list[Index]:
+    """The indices that still make sense for this schema and the fragments of these ids."""
+    if not indices:
+        return indices
     kept = [ix for ix in indices
             if is_system_index(ix) or all(f in field_ids for f in ix.fields)]
-    existing = pyroaring.BitMap(int(f.id) for f in fragments)
+    existing = pyroaring.BitMap(int(fid) for fid in fragment_ids)
     by_name: dict[str, list[Index]] = {}
     for ix in kept:
         if ix.name != FRAG_REUSE_INDEX_NAME:

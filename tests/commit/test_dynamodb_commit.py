@@ -378,3 +378,38 @@ async def test_close_clients_closes_this_loops_clients(ddb_target: DdbTarget) ->
     again = await aws.client("dynamodb", DynamoDBCommitHandler.from_uri(
         ddb_target.uri("cc"), ddb_target.storage_options).external.settings)  # type: ignore[attr-defined]
     assert again is not client
+
+
+def test_the_test_table_settles_racing_creates_like_dynamodb(ddb_target: DdbTarget) -> None:
+    """Racing conditional creates of one item have one winner on the test server too (moto's
+    own check-then-store is not atomic: see ``make_moto_dynamodb_atomic``); commit tests
+    that count versions rely on it."""
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=ddb_target.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    racers, base = 8, f"race-{uuid.uuid4().hex}"
+    for version in range(30):
+        winners: list[int] = []
+        barrier = threading.Barrier(racers)
+
+        def create(i: int, version: int = version, barrier: threading.Barrier = barrier,
+                   winners: list[int] = winners) -> None:
+            barrier.wait()
+            try:
+                client.put_item(
+                    TableName=ddb_target.table,
+                    Item={"base_uri": {"S": base}, "version": {"N": str(version)},
+                          "path": {"S": f"p{i}"}},
+                    ConditionExpression="attribute_not_exists(#b) AND attribute_not_exists(#v)",
+                    ExpressionAttributeNames={"#b": "base_uri", "#v": "version"})
+                winners.append(i)
+            except client.exceptions.ConditionalCheckFailedException:
+                pass
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(winners) == 1, (version, winners)

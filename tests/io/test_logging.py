@@ -34,7 +34,7 @@ async def test_store_requests_at_debug(moto_target: S3Target,
     ds = await alance.write_dataset(TABLE, uri, storage_options=opts)
     assert (await ds.to_table()).equals(TABLE)
     debug = _messages(caplog, logging.DEBUG, "alance.io.store")
-    assert any("put " in m and "_versions/" in m for m in debug), debug  # the manifest
+    assert any("create " in m and "_versions/" in m for m in debug), debug  # the manifest
     assert any("range(s)" in m and ".lance in" in m for m in debug), debug  # data reads
     assert all(uri.split("/ds")[0] in m and " ms, " in m and "attempt(s)" in m
                for m in debug)

@@ -49,3 +49,28 @@ def test_bad_cloud_uris() -> None:
         open_store("gs://bucket/x.lance", {"google_service_account_key": "{}"})
     with pytest.raises(InvalidInputError, match="max_concurrency"):
         open_store("s3://b/x.lance", {"max_concurrency": "many"})
+
+
+def test_cloud_stores_are_built_once_per_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URI opened again reuses the obstore store (its HTTP client and open connections);
+    other settings, or other credentials in the environment, get their own."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    options = {"aws_access_key_id": "a", "aws_secret_access_key": "b", "aws_region": "us-east-1",
+               "aws_endpoint": "http://127.0.0.1:9"}
+
+    def backend_store(uri: str, opts: dict[str, str]) -> object:
+        return open_store(uri, opts).backend.store  # type: ignore[attr-defined]
+
+    first = backend_store("s3://bucket/a", options)
+    assert backend_store("s3://bucket/b", options) is first  # same bucket, same settings
+    assert backend_store("s3://other/a", options) is not first
+    assert backend_store("s3://bucket/a", {**options, "aws_region": "eu-west-1"}) is not first
+    assert backend_store("s3://bucket/a", {**options, "aws_secret_access_key": "c"}) is not first
+    bare = {k: v for k, v in options.items() if not k.startswith("aws_access")
+            and not k.startswith("aws_secret")}
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    from_env = backend_store("s3://bucket/a", bare)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "z")  # rotated in the environment
+    assert backend_store("s3://bucket/a", bare) is not from_env

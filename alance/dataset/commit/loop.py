@@ -4,8 +4,9 @@ A commit tries to create the manifest of ``latest + 1``. When another writer got
 every transaction committed since ours was read is checked against ours
 (:mod:`alance.transaction.conflicts`); if all are compatible (deletion vectors merged where
 both deleted from a fragment), the transaction is built again on the newest version and
-committed after a jittered, growing pause, up to ``max_retries`` times and then on until
-:data:`COMMIT_DEADLINE` seconds have passed since the commit began. A conflict that cannot
+committed after a short random pause that grows with each loss (:func:`race_delay`), up to
+``max_retries`` times and then on until :data:`COMMIT_DEADLINE` seconds have passed since the
+commit began. A conflict that cannot
 be rebased raises :class:`~alance.errors.RetryableCommitConflictError` or
 :class:`~alance.errors.IncompatibleTransactionError`; running out of attempts raises
 :class:`~alance.errors.CommitConflictError`.
@@ -27,11 +28,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import numpy as np
 
 from alance._proto import transaction_pb2
-from alance.commit.handler import CommitHandler
+from alance.commit.handler import CommitHandler, ManifestLocation, manifest_path
 from alance.dataset.commit.rebase import finish_rebase
 from alance.dataset.fragments.deletions import WrittenFiles
 from alance.dataset.versions.auto_cleanup import AUTO_CLEANUP_INTERVAL, auto_cleanup_hook
-from alance.dataset.versions.snapshot import Snapshot, committed_here, load_snapshot
+from alance.dataset.versions.snapshot import (
+    Snapshot,
+    committed_here,
+    load_snapshot,
+    load_snapshot_at,
+)
 from alance.errors import (
     AlanceError,
     AlreadyExistsError,
@@ -80,13 +86,28 @@ CommitCheck = Callable[[Sequence[tuple[int, Transaction]], Snapshot], Awaitable[
 
 
 async def committed_transaction(store: DatasetStore, handler: CommitHandler, version: int,
+                                scheme: ManifestNamingScheme | None = None,
                                 ) -> Transaction | None:
-    """The transaction that created ``version``, or ``None`` if it cannot be read."""
+    """The transaction that created ``version``, or ``None`` if it cannot be read.
+
+    ``scheme``: the dataset's naming scheme, when known: the manifest is then read from its
+    final path straight away (a manifest there is committed, whatever the handler), and
+    only when it is not there does the handler resolve the version (a HEAD per naming
+    scheme, or a DynamoDB read): while rebasing, one request per version less."""
     try:
-        snap = await load_snapshot(store, handler, version)
+        snap = await _load_committed(store, handler, version, scheme)
     except (NotFoundError, CorruptFileError):
         return None
     return await transaction_of(store, snap)
+
+
+async def _load_committed(store: DatasetStore, handler: CommitHandler, version: int,
+                          scheme: ManifestNamingScheme | None) -> Snapshot:
+    if scheme is not None:
+        with contextlib.suppress(NotFoundError):
+            return await load_snapshot_at(
+                store, ManifestLocation(version, manifest_path(version, scheme), scheme))
+    return await load_snapshot(store, handler, version)
 
 
 async def transaction_of(store: DatasetStore, snap: Snapshot) -> Transaction | None:
@@ -123,21 +144,42 @@ async def _cleaned_up(store: DatasetStore, handler: CommitHandler, version: int)
 REBASE_READ_CONCURRENCY = 8
 
 
-async def transactions_since(store: DatasetStore, handler: CommitHandler, checked: int,
-                             latest: Snapshot) -> list[tuple[int, Transaction | None]]:
-    """The transactions of versions ``checked + 1 .. latest.version``, oldest first, read
-    concurrently (a bounded number at a time); ``latest`` itself is not read again."""
+async def newest_and_since(store: DatasetStore, handler: CommitHandler, checked: int,
+                   ) -> tuple[Snapshot, list[tuple[int, Transaction | None]]]:
+    """The newest version, and the transactions of versions ``checked + 1`` up to it (oldest
+    first). Once the newest version is known, its manifest and those of the versions in
+    between are read at once (a bounded number at a time), the latter from their final
+    paths (see :func:`committed_transaction`)."""
+    location = await handler.latest(store)
     limit = asyncio.Semaphore(REBASE_READ_CONCURRENCY)
 
     async def one(version: int) -> Transaction | None:
-        if version == latest.version:
-            return await transaction_of(store, latest)
         async with limit:
-            return await committed_transaction(store, handler, version)
+            return await committed_transaction(store, handler, version,
+                                               location.naming_scheme)
 
-    versions = range(checked + 1, latest.version + 1)
-    found = await asyncio.gather(*(one(v) for v in versions))
-    return list(zip(versions, found, strict=True))
+    versions = range(checked + 1, location.version)
+    latest, found = await asyncio.gather(load_snapshot_at(store, location),
+                                         asyncio.gather(*(one(v) for v in versions)))
+    pairs = list(zip(versions, found, strict=True))
+    if latest.version > checked:
+        pairs.append((latest.version, await transaction_of(store, latest)))
+    return latest, pairs
+
+
+#: First pause (seconds) after a lost commit race: four times :data:`BACKOFF_BASE`. Measured
+#: with 8 to 32 writers on one dataset (``benchmarks/commit.py``), shorter first pauses make
+#: writers collide again at once, and pauses of a whole attempt's length or more (random
+#: slots as long as the first attempt, as pylance pauses) leave the store idle.
+RACE_BACKOFF_BASE = 0.02
+
+
+def race_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
+    """A random pause after the ``attempt``-th lost race (0: the first): full jitter up to
+    ``RACE_BACKOFF_BASE * 2**attempt``, capped at :data:`BACKOFF_CAP` or twice what the
+    attempt took, whichever is longer (see :func:`backoff_delay`)."""
+    cap = max(BACKOFF_CAP, 2 * attempt_seconds)
+    return random.uniform(0, min(RACE_BACKOFF_BASE * 2 ** min(attempt, 32), cap))
 
 
 def backoff_delay(attempt: int, attempt_seconds: float = 0.0) -> float:
@@ -212,10 +254,10 @@ class _CommitLoop:
         """Delete what the committed version (``None``: nothing) does not reference."""
         keep_txn = committed.manifest.transaction_file if committed is not None else None
         unused = [f"{TRANSACTIONS_DIR}/{name}" for name in self.txn_files if name != keep_txn]
-        if committed is not None:
+        if committed is not None and self.merged.paths:
             used = {deletion_path(f) for f in committed.fragments if f.HasField("deletion_file")}
             unused += [p for p in self.merged.paths if p not in used]
-        else:
+        elif committed is None:
             unused += self.merged.paths
         for path in unused:
             with contextlib.suppress(AlanceError):  # best effort
@@ -265,7 +307,7 @@ class _CommitLoop:
                   must_create: bool) -> Snapshot:
         current = base
         checked = base.version if base is not None else 0
-        state = RebaseState.start(txn, base.fragments if base else [],
+        state = RebaseState.start(txn, base.manifest.fragments if base else [],
                                   self.affected_rows is not None)
         # Start from the newest version: cleanup may have removed the version after a stale
         # base, and a conditional create of that number would then succeed behind the
@@ -289,10 +331,9 @@ class _CommitLoop:
             started = time.monotonic()
             if catch_up:  # rebase onto the newest version (after a conflict, or stale base)
                 catch_up = False
-                latest = await load_snapshot(self.store, self.handler)
+                latest, since = await newest_and_since(self.store, self.handler, checked)
                 others: list[tuple[int, Transaction]] = []
-                for version, other in await transactions_since(self.store, self.handler,
-                                                               checked, latest):
+                for version, other in since:
                     if other is not None and other.uuid == txn.uuid:
                         # An earlier attempt of ours landed after all (e.g. a lost response
                         # that the store client retried into a conflict).
@@ -327,7 +368,8 @@ class _CommitLoop:
                          len(others))
                 txn = await finish_rebase(self.store, latest, state, self.affected_rows,
                                           self.merged)
-                state = RebaseState.start(txn, latest.fragments, self.affected_rows is not None)
+                state = RebaseState.start(txn, latest.manifest.fragments,
+                                          self.affected_rows is not None)
                 checked = latest.version
                 current = latest
             name = await self._write_txn_file(txn)
@@ -366,7 +408,7 @@ class _CommitLoop:
                         f"a dataset already exists at {self.store.uri}") from None
                 if last:
                     break
-                pause = backoff_delay(attempt, time.monotonic() - started)
+                pause = race_delay(attempt, time.monotonic() - started)
                 if attempt >= max_retries:
                     log.info("commit to %s lost %d races; retrying until its deadline",
                              self.store.uri, attempt + 1)
@@ -379,7 +421,7 @@ class _CommitLoop:
                 await asyncio.sleep(pause)
                 catch_up = True
                 continue
-            committed_here(encoded)
+            committed_here(encoded, mf.fragment_facts())
             await _write_hint(self.store, location.version)
             return Snapshot(location, mf)
         raise CommitConflictError(
@@ -412,7 +454,10 @@ async def _committed_by(store: DatasetStore, handler: CommitHandler, version: in
 
 
 async def _write_hint(store: DatasetStore, version: int) -> None:
-    """Update ``_versions/latest_version_hint.json``; it is only a hint, so failures are logged."""
+    """Update ``_versions/latest_version_hint.json`` where the store keeps one (local disks,
+    as pylance); it is only a hint, so failures are logged."""
+    if not store.version_hint:
+        return
     try:
         await store.put(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
                         encode_latest_version_hint(version))

@@ -48,6 +48,10 @@ DEFAULT_STORAGE_VERSION = "2.2"
 
 #: Row groups encoded per call of the file writer (bounds the writer's working memory).
 GROUPS_PER_CHUNK = 64
+#: Batches up to this size are encoded on the event loop (well under a millisecond); bigger
+#: ones in a worker thread, so the loop stays responsive. A thread hop costs more than
+#: encoding a small append.
+INLINE_ENCODE_BYTES = 64 * 1024
 #: Blob bytes handed to the file writer per call (more rows than that are split).
 BLOB_BYTES_PER_CALL = 16 * 1024 * 1024
 
@@ -236,8 +240,8 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
     written: list[tuple[DatasetStore, str]] = []
     field_ids = schema.field_ids()
     file_version = file_version_of(storage_version)
-    if file_version is not None:
-        V2FileWriter(schema, file_version)  # refuses unwritable types before any IO
+    # Made first: it refuses unwritable types before any IO (and writes the first file).
+    ready = V2FileWriter(schema, file_version) if file_version is not None else None
     try:
         pending: pa.RecordBatch | None = None
         while True:
@@ -251,8 +255,13 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
             written.append((target.store, path))
             if events is not None:
                 await events.opened(name)
-            encoder = (LegacyFileWriter(schema, dictionaries=dictionaries)
-                       if file_version is None else V2FileWriter(schema, file_version))
+            encoder: LegacyFileWriter | V2FileWriter
+            if file_version is None:
+                encoder = LegacyFileWriter(schema, dictionaries=dictionaries)
+            elif ready is not None:
+                encoder, ready = ready, None
+            else:
+                encoder = V2FileWriter(schema, file_version)
             rows = 0
             flushed = FlushedBytes(params.max_bytes_per_file, params.batch_rows)
             sidecars = _Sidecars(store, path)
@@ -271,7 +280,9 @@ async def write_fragments(store: DatasetStore, schema: LanceSchema,
                                 await out.write(part)
                         else:
                             for piece in _blob_pieces(schema, chunk):
-                                bufs = await asyncio.to_thread(encoder.write_batch, piece)
+                                bufs = (encoder.write_batch(piece)
+                                        if piece.nbytes <= INLINE_ENCODE_BYTES else
+                                        await asyncio.to_thread(encoder.write_batch, piece))
                                 for buf in bufs:
                                     await out.write(buf)
                                 await sidecars.write(encoder.take_sidecar_chunks())

@@ -14,15 +14,17 @@ from alance.dataset.versions.bases import base_store, find_base
 from alance.errors import CorruptFileError
 from alance.format.deletion import decode_deletion_file, deletion_file_kind, deletion_file_path
 from alance.format.feature_flags import check_reader_flags
+from alance.format.fragment_facts import FragmentFacts, checked_manifest_facts, fragment_facts
 from alance.format.manifest import (
     ManifestFile,
     ManifestNamingScheme,
     decode_manifest_file,
     encode_manifest_file,
+    fragment_entries,
     is_detached_version,
+    manifest_message_bytes,
 )
 from alance.format.schema import LanceSchema
-from alance.format.validate import validate_manifest
 from alance.io.store import DatasetStore
 
 
@@ -104,16 +106,22 @@ async def load_snapshot_at(store: DatasetStore, location: ManifestLocation) -> S
     """Read and check the manifest at a known location.
 
     Besides decoding, the fragments' numbers are checked against each other
-    (:func:`~alance.format.validate.validate_manifest`): a corrupt count is a
+    (as :func:`~alance.format.validate.validate_manifest` does; fragments whose bytes passed
+    before are not checked again): a corrupt count is a
     :class:`~alance.errors.CorruptFileError` here, not a silently wrong read later.
     """
     data = await store.get(location.path)
     manifest_file = decode_manifest_file(data)
     check_reader_flags(manifest_file.manifest.reader_feature_flags)
     digest = hashlib.blake2b(data, digest_size=16).digest()
-    if digest not in _VALIDATED:  # the same bytes were checked before: same verdict
-        validate_manifest(manifest_file.manifest, location.path)
-        _remember(digest)
+    facts = _KNOWN.get(digest)  # the same bytes were checked (or committed) before
+    if facts is None or len(facts) != len(manifest_file.manifest.fragments):
+        # Fragments unchanged since a version checked before are not checked again.
+        facts = checked_manifest_facts(manifest_file.manifest,
+                                       fragment_entries(manifest_message_bytes(data)),
+                                       location.path)
+        _remember(digest, facts)
+    manifest_file.facts = facts
     snapshot = Snapshot(location, manifest_file)
     await _count_unknown_deletions(store, snapshot)
     return snapshot
@@ -127,10 +135,12 @@ async def _count_unknown_deletions(store: DatasetStore, snapshot: Snapshot) -> N
     reading a 0 as "nothing deleted" would count deleted rows. The next commit writes the
     counts (pylance's manifest migration).
     """
-    unknown = [f for f in snapshot.manifest.fragments
-               if f.HasField("deletion_file") and f.deletion_file.num_deleted_rows == 0]
-    if not unknown:
+    mf = snapshot.manifest_file
+    facts = mf.fragment_facts()
+    positions = [i for i, f in enumerate(facts) if f.unknown_deletions]
+    if not positions:
         return
+    unknown = [snapshot.manifest.fragments[i] for i in positions]
     options = store.reopen_args[1] if store.reopen_args else None
 
     async def count(fragment: table_pb2.DataFragment) -> int:
@@ -152,23 +162,31 @@ async def _count_unknown_deletions(store: DatasetStore, snapshot: Snapshot) -> N
         return len(offsets)
 
     counts = await asyncio.gather(*(count(f) for f in unknown))
-    for fragment, n in zip(unknown, counts, strict=True):
+    updated = list(facts)
+    for i, fragment, n in zip(positions, unknown, counts, strict=True):
         fragment.deletion_file.num_deleted_rows = n
+        updated[i] = fragment_facts(fragment)
+    mf.facts = tuple(updated)
 
 
-#: Digests of manifest files that passed :func:`validate_manifest` (a service reopens the
-#: same versions over and over; checking 100 fragments costs more than the open itself), or
-#: that this process committed (built from a checked version and its own writes).
-_VALIDATED: set[bytes] = set()
+#: Digests of manifest files that passed the checks (a service reopens the same versions over
+#: and over), or that this process committed (built from a checked version and its own
+#: writes), with the facts of their fragments.
+_KNOWN: dict[bytes, tuple[FragmentFacts, ...]] = {}
+#: Fragment facts the memory holds at most (summed over manifests), then it starts over.
+MAX_KNOWN_FACTS = 1_000_000
+_known_size = [0]
 
 
-def _remember(digest: bytes) -> None:
-    if len(_VALIDATED) >= 4096:
-        _VALIDATED.clear()
-    _VALIDATED.add(digest)
+def _remember(digest: bytes, facts: tuple[FragmentFacts, ...]) -> None:
+    if len(_KNOWN) >= 4096 or _known_size[0] + len(facts) > MAX_KNOWN_FACTS:
+        _KNOWN.clear()
+        _known_size[0] = 0
+    _KNOWN[digest] = facts
+    _known_size[0] += len(facts)
 
 
-def committed_here(data: bytes) -> None:
-    """Note that this process committed the manifest file ``data``: loading it back (the next
-    commit's base) needs no check of its numbers."""
-    _remember(hashlib.blake2b(data, digest_size=16).digest())
+def committed_here(data: bytes, facts: tuple[FragmentFacts, ...]) -> None:
+    """Note that this process committed the manifest file ``data`` (whose fragments have
+    ``facts``): loading it back (the next commit's base) needs no check of its numbers."""
+    _remember(hashlib.blake2b(data, digest_size=16).digest(), facts)

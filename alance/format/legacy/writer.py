@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from importlib import metadata as _pkg_metadata
 
@@ -29,6 +30,7 @@ from alance.format.legacy.stats import (
 from alance.format.schema import LanceField, LanceSchema
 
 
+@functools.cache
 def _default_writer_version() -> tuple[str, str]:
     try:
         return "alance", _pkg_metadata.version("alance")
