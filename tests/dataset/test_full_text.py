@@ -320,3 +320,15 @@ def test_unsupported_analyzers_are_refused_when_building(tmp_path: Path) -> None
     with pytest.raises(alance.InvalidInputError):
         ds.create_scalar_index("id", "INVERTED")
     assert not lance.dataset(uri).list_indices()
+
+
+def test_legacy_layout_is_refused(tmp_path: Path) -> None:
+    """An INVERTED index without ``metadata.lance`` (Lance's oldest layout) is refused."""
+    uri = str(tmp_path / "ds")
+    al.write_dataset(_table(50, 1), uri)
+    al.dataset(uri).create_scalar_index("text", "INVERTED")
+    index_dir = next((Path(uri) / "_indices").iterdir())
+    (index_dir / "metadata.lance").unlink()
+    ds = al.dataset(uri)
+    with pytest.raises(alance.UnsupportedFeatureError, match="legacy"):
+        ds.to_table(full_text_query="apple")

@@ -18,7 +18,7 @@ from alance.dataset.query.indices import inverted
 from alance.dataset.query.indices.reader import IndexReader
 from alance.dataset.query.indices.tokenizer import AnalyzerParams, params_from_json
 from alance.dataset.query.indices.types import INVERTED_URL
-from alance.errors import CorruptFileError
+from alance.errors import CorruptFileError, NotFoundError, UnsupportedFeatureError
 from alance.io.plans import decode_pool
 
 
@@ -50,7 +50,15 @@ async def open_segment(reader: IndexReader, index: table_pb2.IndexMetadata) -> I
     found = cache.get(key)
     if found is not None:
         return found
-    meta = await reader.file_metadata(index, inverted.METADATA_FILE)
+    names = {f.path for f in index.files}
+    if names and inverted.METADATA_FILE not in names:
+        raise UnsupportedFeatureError(f"index {index.name!r}: INVERTED indices of the legacy "
+                                      "layout (no metadata.lance) are not supported")
+    try:
+        meta = await reader.file_metadata(index, inverted.METADATA_FILE)
+    except NotFoundError as exc:
+        raise UnsupportedFeatureError(f"index {index.name!r}: INVERTED indices of the legacy "
+                                      "layout (no metadata.lance) are not supported") from exc
     params = params_from_json(meta.get(b"params"))
     layout = inverted.layout_of(meta)
     parts = await asyncio.gather(*(_partition(reader, index, layout, p)
