@@ -89,20 +89,25 @@ class Compiler:
         fields += [pa.field(name, pa.uint64()) for name in extra_columns if name not in names]
         self.schema = pa.schema(fields)
         self.columns: dict[str, None] = {}
-        self._empty: pa.Table | None = None
+        self._empty: pads.Dataset | None = None
         self._depth = 0
 
     # -- helpers -------------------------------------------------------------------------
 
     def infer(self, expr: pc.Expression) -> pa.DataType:
-        """Bind ``expr`` against the schema (on zero rows) and return its result type."""
+        """Bind ``expr`` against the schema and return its result type.
+
+        Building a scanner binds the projection (type errors surface here) without running
+        it: no rows, no plan, no hand-off to Arrow's threads, which under load would keep
+        the calling event loop waiting for a thread to be scheduled.
+        """
         if self._empty is None:
-            self._empty = self.schema.empty_table()
+            self._empty = pads.dataset(self.schema.empty_table())
         try:
-            result = pads.dataset(self._empty).to_table(columns={"v": expr})
+            projected = self._empty.scanner(columns={"v": expr}).projected_schema
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise InvalidInputError(f"unsupported operand types: {exc}") from exc
-        return result.schema.field(0).type
+        return projected.field(0).type
 
     def column(self, node: exp.Expression) -> Node:
         path = self.path(node)
