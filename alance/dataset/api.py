@@ -583,10 +583,13 @@ class LanceDataset(IndexMethods):
 
         Auto-compaction (opt in): with ``compact_after=N``, or when the dataset's config holds
         ``alance.auto_compact.small_fragments = N``, an insert that leaves ``N`` or more small
-        fragments (fewer than 1,048,576 rows, compaction's target) runs
-        :meth:`compact_files` and returns the compacted version. A service appending small
-        batches keeps scans fast that way; the compaction costs that one insert a rewrite of
-        the small fragments.
+        fragments (fewer than 1,048,576 rows, compaction's target) compacts and returns the
+        compacted version. A service appending small batches keeps scans fast that way. The
+        compaction is *tiered*: it merges the newest small fragments with older ones only
+        while an older one holds at most 4 times the rows of those after it, so a 10-row
+        insert never rewrites a large fragment (sizes grow geometrically, each row is
+        rewritten a logarithmic number of times). :meth:`compact_files` merges every small
+        fragment, as pylance's does.
         """
         written = await write_dataset(data, self, mode=mode, **kwargs)
         limit = compact_after
@@ -597,7 +600,11 @@ class LanceDataset(IndexMethods):
             small = sum(1 for f in written._snapshot.fragments
                         if int(f.physical_rows) < SMALL_FRAGMENT_ROWS)
             if small >= max(limit, 2):
-                return (await written.compact_files()).dataset
+                options = CompactionOptions.from_config(dict(written.manifest.config))
+                snap, _ = await compact_files(written._store, written._handler,
+                                              written._snapshot, options, tiered=True)
+                return written if snap is None else LanceDataset(written._store,
+                                                                 written._handler, snap)
         return written
 
     async def checkout_latest(self) -> LanceDataset:

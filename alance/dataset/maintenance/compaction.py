@@ -271,15 +271,16 @@ def rows_progress(total: int, progress: Progress | None) -> Callable[[int], None
 
 async def compact_files(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
                         options: CompactionOptions, *, progress: Progress | None = None,
-                        max_retries: int = DEFAULT_MAX_RETRIES,
+                        max_retries: int = DEFAULT_MAX_RETRIES, tiered: bool = False,
                         ) -> tuple[Snapshot | None, CompactionMetrics]:
-    """Plan, rewrite and commit a compaction of ``snapshot``.
+    """Plan, rewrite and commit a compaction of ``snapshot`` (``tiered``: only the newest
+    tier of small fragments, see :func:`~.compaction_plan.plan_tasks`).
 
     Returns the new version (``None`` when there was nothing to compact: no commit is made,
     as in Lance) and the metrics. On any failure the files written are deleted again.
     """
     check_writable(snapshot)
-    plan = await plan_compaction(store, handler, snapshot, options)
+    plan = await plan_compaction(store, handler, snapshot, options, tiered=tiered)
     if not plan.tasks:
         return None, CompactionMetrics()
     advance = rows_progress(sum(int(f.physical_rows) for t in plan.tasks for f in t.fragments),

@@ -182,6 +182,19 @@ class _Bin:
     def is_noop(self) -> bool:
         return len(self.fragments) == 1 and not self.alone[0]
 
+    def newest_tier(self) -> _Bin:
+        """The newest fragments of this bin that are alike in size: walking back from the
+        last, a fragment joins while it holds at most :data:`TIER_RATIO` times the rows of
+        the fragments after it. Merging only those never rewrites a large fragment to absorb
+        a few small ones, so repeated small appends rewrite each row a logarithmic number of
+        times (sizes grow geometrically, as in a tiered LSM tree)."""
+        start, rows = len(self.rows) - 1, self.rows[-1]
+        while start > 0 and self.rows[start - 1] <= TIER_RATIO * max(rows, 1):
+            start -= 1
+            rows += self.rows[start]
+        return _Bin(self.fragments[start:], self.alone[start:], self.rows[start:],
+                    self.covered_by)
+
     def split(self, min_rows: int) -> list[CompactionTask]:
         tasks = []
         start = 0
@@ -198,9 +211,17 @@ class _Bin:
                 return tasks
 
 
+#: In a tiered compaction, a fragment is merged with newer ones while it holds at most this
+#: many times their rows.
+TIER_RATIO = 4
+
+
 def plan_tasks(fragments: Sequence[Fragment], coverage: Sequence[pyroaring.BitMap],
-               options: CompactionOptions) -> list[CompactionTask]:
-    """The compaction tasks for ``fragments`` (in dataset order) given index coverage."""
+               options: CompactionOptions, *, tiered: bool = False) -> list[CompactionTask]:
+    """The compaction tasks for ``fragments`` (in dataset order) given index coverage.
+
+    ``tiered``: of each run of candidates, only its newest tier (:meth:`_Bin.newest_tier`),
+    the plan of auto-compaction after small appends; else every candidate, as pylance."""
     bins: list[_Bin] = []
     current: _Bin | None = None
     for frag in fragments:
@@ -229,12 +250,17 @@ def plan_tasks(fragments: Sequence[Fragment], coverage: Sequence[pyroaring.BitMa
         current = _Bin([frag], [alone], [physical - deleted], covered)
     if current is not None:
         bins.append(current)
+    if tiered:
+        bins = [b.newest_tier() for b in bins]
     return [task for b in bins if not b.is_noop()
             for task in b.split(options.target_rows_per_fragment)]
 
 
 async def plan_compaction(store: DatasetStore, handler: CommitHandler, snapshot: Snapshot,
-                          options: CompactionOptions) -> CompactionPlan:
-    """Decide which fragments of ``snapshot`` to rewrite together (no IO on data files)."""
+                          options: CompactionOptions, *, tiered: bool = False,
+                          ) -> CompactionPlan:
+    """Decide which fragments of ``snapshot`` to rewrite together (no IO on data files);
+    ``tiered`` as for :func:`plan_tasks`."""
     coverage = await _coverage(store, handler, snapshot)
-    return CompactionPlan(snapshot.version, plan_tasks(snapshot.fragments, coverage, options))
+    return CompactionPlan(snapshot.version, plan_tasks(snapshot.fragments, coverage, options,
+                                                       tiered=tiered))
