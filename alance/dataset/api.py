@@ -127,6 +127,8 @@ class LanceDataset(IndexMethods):
 
     #: Scanner arguments every scan uses unless given (see :meth:`with_default_scan_options`).
     _scan_defaults: dict[str, Any] = {}  # noqa: RUF012 - replaced per object, never mutated
+    #: (the snapshot's Lance schema, its Arrow form for users), set on first use.
+    _arrow_schema: tuple[Any, pa.Schema] | None = None
 
     def __init__(self, store: DatasetStore, handler: CommitHandler, snapshot: Snapshot) -> None:
         self._store = store
@@ -164,8 +166,14 @@ class LanceDataset(IndexMethods):
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version (with ``_rowid`` / ``_rowaddr`` when the default
         scan options ask for them, as scans then return them)."""
-        # JSON columns as scans return them (arrow.json text), as pylance shows them.
-        schema = text_view(self._snapshot.schema).to_arrow_with_extensions()
+        # JSON columns as scans return them (arrow.json text), as pylance shows them. Every
+        # query asks for it: the conversion is remembered for this version's schema object.
+        lance_schema = self._snapshot.schema
+        cached = self._arrow_schema
+        if cached is None or cached[0] is not lance_schema:
+            cached = (lance_schema, text_view(lance_schema).to_arrow_with_extensions())
+            self._arrow_schema = cached
+        schema = cached[1]
         if self._scan_defaults.get("with_row_id"):
             schema = schema.append(pa.field(ROW_ID, pa.uint64()))
         if self._scan_defaults.get("with_row_address"):

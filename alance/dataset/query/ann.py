@@ -160,6 +160,15 @@ async def _allowed(scanner: NearestScanner) -> np.ndarray | None:
     return np.sort(table.column("_rowid").to_numpy().astype(np.uint64))
 
 
+def _covered(frags: np.ndarray, covers: pyroaring.BitMap, version_ids: np.ndarray,
+             ) -> np.ndarray:
+    """Whether each row's fragment is one the index segment covers (all of them, without a
+    per-row test, when the segment covers every fragment of the version)."""
+    if all(int(i) in covers for i in version_ids.tolist()):
+        return np.ones(len(frags), dtype=bool)
+    return np.isin(frags, np.asarray(list(covers), dtype=np.int64))
+
+
 async def _segment_candidates(scanner: NearestScanner, p: AnnPlan,
                               seg: table_pb2.IndexMetadata, query: np.ndarray,
                               allowed: np.ndarray | None, want: int,
@@ -186,7 +195,7 @@ async def _segment_candidates(scanner: NearestScanner, p: AnnPlan,
         if len(ids):
             addrs, live = await row_addresses_of(ctx, ids)
             frags = (addrs >> np.uint64(32)).astype(np.int64)
-            keep = live & np.isin(frags, np.asarray(list(covers), dtype=np.int64))
+            keep = live & _covered(frags, covers, ctx.fragment_table()[0])
             keep &= ~np.isnan(dist)
             if allowed is not None:
                 keep &= np.isin(ids, allowed, assume_unique=False)

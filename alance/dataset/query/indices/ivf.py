@@ -260,8 +260,12 @@ def unpack_codes(pq: PqModel, raw: np.ndarray, rows: int) -> np.ndarray:
 
 def pq_distances(pq: PqModel, table: np.ndarray, codes: np.ndarray, metric: str) -> np.ndarray:
     """Approximate distances of coded rows (from :func:`unpack_codes`) to the query."""
-    picked = table[np.arange(pq.num_sub_vectors), codes.astype(np.intp)]
-    dist = picked.sum(axis=1, dtype=np.float32)
+    # Sub-vector by sub-vector, adding in order (0, 1, ...) as Lance sums a row's table
+    # entries; each step is one lookup over a column of codes.
+    by_sub = codes.T
+    dist = table[0].astype(np.float32, copy=False)[by_sub[0]]
+    for j in range(1, pq.num_sub_vectors):
+        dist += table[j][by_sub[j]]
     if search_metric(metric) == "dot":
         dist = dist - np.float32(pq.num_sub_vectors - 1)
     return dist.astype(np.float32, copy=False)

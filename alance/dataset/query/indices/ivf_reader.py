@@ -135,7 +135,16 @@ async def search_partitions(reader: IndexReader, segment: IvfSegment, parts: np.
         return (np.concatenate([f[0] for f in found]),
                 np.concatenate([f[1] for f in found]))
 
+    rows = sum(t.num_rows for t in tables)
+    per_row = segment.dimension if segment.pq is None else segment.pq.num_sub_vectors
+    if rows * per_row <= INLINE_SCORE_WORK:
+        return work()  # less work than handing it to a thread and waking the loop again
     return await loop.run_in_executor(decode_pool(), work)
+
+
+#: Partitions are scored on the event loop when rows x (dimensions, or PQ sub-vectors) is at
+#: most this (well under a millisecond of numpy); more goes to a decoding thread.
+INLINE_SCORE_WORK = 1 << 19
 
 
 async def segment_stats(reader: IndexReader, index: table_pb2.IndexMetadata) -> dict[str, Any]:

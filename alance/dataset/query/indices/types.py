@@ -4,6 +4,7 @@ pylance reports for them, and the names users pass to ``create_scalar_index`` (n
 from __future__ import annotations
 
 import uuid as _uuid
+from functools import lru_cache
 
 from alance._proto import table_pb2
 from alance.errors import InvalidInputError
@@ -64,7 +65,12 @@ def scalar_kind(index_type: str) -> str:
 
 def uuid_text(index: table_pb2.IndexMetadata) -> str:
     """The index's uuid in the usual 8-4-4-4-12 form."""
-    return str(_uuid.UUID(bytes=bytes(index.uuid.uuid)))
+    return _uuid_text(bytes(index.uuid.uuid))
+
+
+@lru_cache(maxsize=4096)
+def _uuid_text(raw: bytes) -> str:
+    return str(_uuid.UUID(bytes=raw))
 
 
 def index_dir(index: table_pb2.IndexMetadata) -> str:
