@@ -28,6 +28,7 @@ from alance.dataset.evolution.batch_udf import BatchUDF, batch_udf
 from alance.dataset.fragment import LanceFragment, write_fragments
 from alance.dataset.fragments.metadata import DataFile, DeletionFile, FragmentMetadata
 from alance.dataset.fragments.session import Session
+from alance.dataset.group_insert import BatchedInserter
 from alance.dataset.query.scan import Scanner
 from alance.dataset.versions.bases import DatasetBasePath
 from alance.errors import (
@@ -62,6 +63,7 @@ from alance.io.store import iops_counter
 
 __all__ = [
     "AlanceError",
+    "BatchedInserter",
     "iops_counter",
     "IndexNotFoundError",
     "ArgumentTypeError",

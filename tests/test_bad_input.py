@@ -421,3 +421,24 @@ async def test_bad_filter(ds2: str, expr: str) -> None:
         al.open_dataset(ds2).to_table(filter=expr)
     with pytest.raises(InvalidInputError):
         [b async for b in ds.scan(filter=expr)]
+
+
+async def test_nulls_in_a_non_nullable_column_are_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    """pylance refuses such data when writing; alance once wrote it and only its readers
+    refused the file afterwards."""
+    import os
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
+    uri = str(tmp_path / "ds")
+    ds = await alance.write_dataset(pa.table({"id": [1], "s": ["a"]}, schema=schema), uri)
+    bad = pa.table({"id": [None, 2], "s": ["b", "c"]}, schema=schema)
+    with pytest.raises(alance.UnrepresentableValueError, match="'id' is declared as non-nullable"):
+        await ds.insert(bad)
+    with pytest.raises(alance.InvalidInputError):
+        await alance.write_dataset(bad, str(tmp_path / "new"))
+    assert (await alance.open_dataset(uri)).version == 1
+    assert len(os.listdir(tmp_path / "ds" / "data")) == 1
+    assert not (tmp_path / "new").exists() or not any((tmp_path / "new").rglob("*.manifest"))
+    with pytest.raises(OSError):  # pylance refuses the same data
+        lance.write_dataset(bad, uri, mode="append")

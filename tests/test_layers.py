@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1] / "alance"
 #: The dataset layer's parts, lowest first: a part may import only parts before it.
 DATASET_LAYERS = [
     "versions", "fragments", "query", "commit", "dml", "maintenance", "evolution", "api",
-    "distributed", "fragment", "manual_commit", "compaction_tasks", "sharding", "drop",
+    "group_insert", "distributed", "fragment", "manual_commit", "compaction_tasks", "sharding",
+    "drop",
 ]
 
 #: The layers of the whole package, lowest first (a name imports only names before it; names on

@@ -15,6 +15,8 @@ Packages, lowest first. Each may import the ones before it (and ``alance.format`
 * :mod:`~alance.dataset.evolution` -- adding, merging, altering and dropping columns; config
   and metadata.
 * :mod:`~alance.dataset.api` -- :class:`~alance.dataset.api.LanceDataset`, the handle users hold.
+* :mod:`~alance.dataset.group_insert` -- group commit: concurrent small inserts written
+  by shared commits.
 * :mod:`~alance.dataset.distributed` -- jobs cut into tasks for engines such as Spark.
 * The remaining top-level modules are the other objects users hold: fragments
   (:mod:`~alance.dataset.fragment`), hand-built commits (:mod:`~alance.dataset.manual_commit`),

@@ -344,9 +344,26 @@ async def record_batch_stream(data: Any, schema: pa.Schema | None = None, *,
     """
     if schema is not None and not isinstance(schema, pa.Schema):
         raise InvalidInputError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
-    found = await _stream(data, schema, purpose)
-    _check_metadata(found[0])
-    return found
+    found_schema, batches = await _stream(data, schema, purpose)
+    _check_metadata(found_schema)
+    required = [i for i, f in enumerate(found_schema) if not f.nullable]
+    if required:
+        batches = _no_nulls_in(batches, found_schema, required)
+    return found_schema, batches
+
+
+async def _no_nulls_in(batches: AsyncIterator[pa.RecordBatch], schema: pa.Schema,
+                       required: list[int]) -> AsyncIterator[pa.RecordBatch]:
+    """``batches``, refusing one that holds a null in a column its schema declares not
+    nullable (as pylance does): such a file would be refused by every reader afterwards."""
+    async for batch in batches:
+        for i in required:
+            nulls = batch.column(i).null_count
+            if nulls:
+                raise UnrepresentableValueError(
+                    f"column {schema.field(i).name!r} is declared as non-nullable but holds "
+                    f"{nulls} null values")
+        yield batch
 
 
 def _check_metadata(schema: pa.Schema) -> None:
