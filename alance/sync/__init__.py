@@ -69,9 +69,11 @@ from alance.sync.fragment import (
     format_fragment,
     write_fragments,
 )
+from alance.sync.group_insert import BatchedInserter
 from alance.sync.schema import LanceField, LanceSchema
 
-__all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BulkCommitResult",
+__all__ = ["LANCE_COMMIT_MESSAGE_KEY", "AutoCleanupConfig", "BatchUDF", "BatchedInserter",
+           "BulkCommitResult",
            "ChangeFeed", "Compaction", "CompactionPlan", "CompactionTask", "DataFile",
            "DatasetBasePath", "DatasetOptimizer", "DeletionFile", "DistributedCompaction",
            "DistributedDelete", "DistributedUpdate", "DistributedWrite",

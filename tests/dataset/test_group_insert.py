@@ -97,3 +97,19 @@ async def test_auto_compaction_and_bad_arguments(tmp_path: Path) -> None:
         alance.BatchedInserter("not a dataset")  # type: ignore[arg-type]
     with pytest.raises(alance.InvalidInputError):
         await inserter.insert(pa.table({"unknown": [1]}))
+
+
+def test_blocking_inserts_from_threads_share_commits(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from alance import sync as al
+
+    ds = al.write_dataset(_rows(0, 10), str(tmp_path / "ds"))
+    inserter = al.BatchedInserter(ds)
+    with ThreadPoolExecutor(16) as pool:
+        versions = list(pool.map(lambda i: inserter.insert(_rows(100 + 10 * i)), range(48)))
+    assert all(isinstance(v, al.LanceDataset) for v in versions)
+    assert len({v.version for v in versions}) < 48
+    assert isinstance(inserter.dataset, al.LanceDataset)
+    want = sorted(list(range(10)) + [100 + 10 * i + k for i in range(48) for k in range(3)])
+    assert sorted(inserter.dataset.to_table().column("id").to_pylist()) == want
