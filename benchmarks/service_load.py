@@ -10,12 +10,17 @@ endpoints (``GET /take?rows=``, ``GET /scan?filter=&limit=`` streamed as NDJSON,
 /append``, ``GET /count``) from a separate server process each:
 
 * **alance**: ``examples/service.py`` itself (one :class:`alance.LanceDataset` handle awaited
-  on the event loop; ``checkout_latest`` before scans; ``insert(compact_after=8)``);
+  on the event loop; ``checkout_latest`` before scans; appends through
+  ``alance.BatchedInserter(ds, compact_after=8)``: group commit, and tiered auto-compaction
+  that never rewrites the large base fragment for a few small ones);
 * **pylance**: the same aiohttp handlers with every pylance call in a ``ThreadPoolExecutor``
   of ``--threads`` threads via ``run_in_executor`` (how an async service uses pylance):
-  ``take``, ``to_batches`` pulled batch by batch, ``checkout_latest`` before scans,
-  ``lance.write_dataset(mode="append")`` then ``optimize.compact_files()`` once 8 small
-  fragments exist (what ``compact_after=8`` does).
+  ``take``, ``to_batches`` pulled batch by batch, ``checkout_latest`` before scans, appends
+  serialised by a lock: ``lance.write_dataset(mode="append")`` then
+  ``optimize.compact_files()`` once 8 small fragments exist (pylance's compaction, which
+  merges every small fragment, the base one included);
+* **pylance-gc** (with ``--pylance-group-commit``): the pylance service with the same group
+  commit built by hand (appends waiting while a commit runs are written by the next one).
 
 Both encode JSON the same way (the example's code). Before anything is timed, both services
 are asked the same takes, scans and count and must answer byte for byte alike.
@@ -61,7 +66,7 @@ APPEND_ROWS = 10
 class PylanceService:
     """examples/service.py's handlers with pylance underneath, run in a thread pool."""
 
-    def __init__(self, uri: str, threads: int) -> None:
+    def __init__(self, uri: str, threads: int, group_commit: bool = False) -> None:
         import lance
 
         self.lance = lance
@@ -69,6 +74,11 @@ class PylanceService:
         self.ds = lance.dataset(uri)
         self.pool = ThreadPoolExecutor(threads)
         self.write_lock = asyncio.Lock()
+        # Group commit built by hand (what alance.BatchedInserter does): appends waiting
+        # while a commit runs are written together by the next one.
+        self.group_commit = group_commit
+        self.waiting: list[tuple[list[dict[str, Any]], asyncio.Future[Any]]] = []
+        self.flusher: asyncio.Task[None] | None = None
 
     async def run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -132,9 +142,31 @@ class PylanceService:
         rows: Any = await request.json()
         if not isinstance(rows, list) or not rows:
             raise web.HTTPBadRequest(text="expected a non-empty JSON list of rows")
-        async with self.write_lock:
-            ds = await self.run(self._append, rows)
+        if self.group_commit:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiting.append((rows, fut))
+            if self.flusher is None:
+                self.flusher = asyncio.get_running_loop().create_task(self._flush())
+            ds = await fut
+        else:
+            async with self.write_lock:
+                ds = await self.run(self._append, rows)
         return web.json_response({"version": ds.version, "fragments": len(ds.get_fragments())})
+
+    async def _flush(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                try:
+                    ds = await self.run(self._append, [r for rows, _ in batch for r in rows])
+                except Exception as exc:  # every caller of the batch sees it
+                    for _, fut in batch:
+                        fut.set_exception(exc)
+                    continue
+                for _, fut in batch:
+                    fut.set_result(ds)
+        finally:
+            self.flusher = None
 
 
 async def serve(engine: str, uri: str, threads: int) -> None:
@@ -146,7 +178,7 @@ async def serve(engine: str, uri: str, threads: int) -> None:
 
         app = await make_app(uri)
     else:
-        service = PylanceService(uri, threads)
+        service = PylanceService(uri, threads, group_commit=engine == "pylance-gc")
         app = web.Application()
         app.add_routes([web.get("/count", service.count), web.get("/take", service.take),
                         web.get("/scan", service.scan), web.post("/append", service.append)])
@@ -298,7 +330,8 @@ async def run(args: argparse.Namespace) -> None:
 
     mix = {k: int(v) for k, v in (part.split("=") for part in args.mix.split(","))}
     table = make_table(args.rows)
-    engines = ("alance", "pylance")
+    engines = ("alance", "pylance", "pylance-gc") if args.pylance_group_commit else (
+        "alance", "pylance")
     results: dict[str, dict[str, Any]] = {
         e: {"lat": defaultdict(list), "done": 0, "errors": 0, "seconds": 0.0} for e in engines}
     with tempfile.TemporaryDirectory(prefix="alance-service-load-") as tmp:
@@ -346,16 +379,18 @@ async def run(args: argparse.Namespace) -> None:
     for engine in engines:
         res = results[engine]
         everything = [v for values in res["lat"].values() for v in values]
-        label = "alance (event loop)" if engine == "alance" else f"pylance ({args.threads} thr)"
+        label = {"alance": "alance (event loop)", "pylance": f"pylance ({args.threads} thr)",
+                 "pylance-gc": "pylance + group commit"}[engine]
         line = (f"  {label:<22} {res['done'] / res['seconds']:>7.0f} "
                 f"{pct(everything, .5) * 1e3:>7.1f} {pct(everything, .99) * 1e3:>7.1f}")
         for op in ops:
             values = res["lat"][op]
             line += f" {pct(values, .5) * 1e3:>8.1f}/{pct(values, .99) * 1e3:<9.1f}"
         print(line + f" {res['errors']:>7}")
-    ratio = (results["alance"]["done"] / results["alance"]["seconds"]) / (
-        results["pylance"]["done"] / results["pylance"]["seconds"])
-    print(f"  alance / pylance throughput: {ratio:.2f}")
+    for other in engines[1:]:
+        ratio = (results["alance"]["done"] / results["alance"]["seconds"]) / (
+            results[other]["done"] / results[other]["seconds"])
+        print(f"  alance / {other} throughput: {ratio:.2f}")
 
 
 def main() -> None:
@@ -367,7 +402,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--mix", default="take=80,scan=15,append=5")
     p.add_argument("--threads", type=int, default=32, help="pylance's thread pool")
-    p.add_argument("--serve", choices=("alance", "pylance"), help=argparse.SUPPRESS)
+    p.add_argument("--pylance-group-commit", action="store_true",
+                   help="also run pylance with group commit built by hand (as alance's "
+                        "BatchedInserter does)")
+    p.add_argument("--serve", choices=("alance", "pylance", "pylance-gc"),
+                   help=argparse.SUPPRESS)
     p.add_argument("--uri", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
