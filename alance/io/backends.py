@@ -238,8 +238,8 @@ class Backend(Protocol):
     A backend may also offer ``read_cached(key, ranges) -> list[Buffer] | None``: the ranges
     right away, without awaiting, when it can serve them without waiting (``None`` else);
     :meth:`DatasetStore.get_ranges_many` uses it to skip the task per object. And
-    ``async list_names(prefix) -> list[str] | None``: the keys directly under a directory,
-    names only, when that is cheaper than ``list`` (``None``: it is not).
+    ``async list_names(prefix) -> list[str] | None``: the names (last segments) of the keys
+    directly under a directory, when that is cheaper than ``list`` (``None``: it is not).
     """
 
     async def get(self, key: str) -> bytes: ...
@@ -418,19 +418,17 @@ class ObstoreBackend:
             raise_mapped(exc, key)
 
     async def list_names(self, prefix: str) -> list[str] | None:
-        """Keys directly under the directory ``prefix``, names only (no sizes or times), when
-        that is cheaper than :meth:`list` (a local file system: one ``listdir``, where
+        """Names of the keys directly under the directory ``prefix`` (no sizes or times),
+        when that is cheaper than :meth:`list` (a local file system: one ``listdir``, where
         obstore stats every file); ``None`` otherwise."""
         if not self._pread:
             return None
         # On the event loop: one listdir costs less than the round trip through a thread
         # (and less than the caller's pass over the names).
         try:
-            names = _names_in("/" + prefix.rstrip("/"))
+            return _names_in("/" + prefix.rstrip("/"))
         except OSError as exc:
             raise map_error(exc, prefix) from exc
-        head = prefix.rstrip("/")
-        return [f"{head}/{n}" for n in names]
 
     async def list(self, prefix: str) -> list[Meta]:
         _mark_obstore_used()
@@ -732,9 +730,8 @@ class PosixBackend:
         return _meta_of(key, st)
 
     async def list_names(self, prefix: str) -> list[str] | None:
-        """Keys directly under the directory ``prefix`` (one ``listdir``)."""
-        names = await self._call(prefix, _names_in, self._path(prefix.rstrip("/")))
-        return [f"{prefix.rstrip('/')}/{n}" for n in names]
+        """Names of the keys directly under the directory ``prefix`` (one ``listdir``)."""
+        return await self._call(prefix, _names_in, self._path(prefix.rstrip("/")))  # type: ignore[no-any-return]
 
     async def list(self, prefix: str) -> list[Meta]:
         root = prefix.rstrip("/")

@@ -487,6 +487,12 @@ class DatasetStore:
         """Paths of the objects directly in the directory ``prefix``, without their sizes or
         times: cheaper than :meth:`list` where the backend can (local disks list a directory
         in one call, obstore stats every file); else :meth:`list` filtered."""
+        head = prefix.rstrip("/")
+        return [f"{head}/{n}" for n in await self.names_in(prefix)]
+
+    async def names_in(self, prefix: str) -> builtins.list[str]:
+        """The names (last path segments) of the objects directly in the directory
+        ``prefix``: :meth:`list_names` without the directory in front."""
         key = self._key(prefix)
         lister = getattr(self.backend, "list_names", None)  # optional (see Backend)
         found: builtins.list[str] | None = None
@@ -494,9 +500,10 @@ class DatasetStore:
             found = await self._retrying(lambda b: cast(Any, b).list_names(key),
                                          f"list of names under {prefix}")
         if found is None:
-            return [m.path for m in await self.list(prefix)
-                    if m.path.rsplit("/", 1)[0] == prefix.rstrip("/")]
-        return [self._rel(k) for k in found]
+            head = prefix.rstrip("/")
+            return [name for m in await self.list(prefix)
+                    for parent, _, name in [m.path.rpartition("/")] if parent == head]
+        return found
 
     # -- writes ------------------------------------------------------------------------------
     async def put(self, path: str, data: bytes) -> None:
