@@ -240,6 +240,8 @@ class Backend(Protocol):
     :meth:`DatasetStore.get_ranges_many` uses it to skip the task per object. And
     ``async list_names(prefix) -> list[str] | None``: the names (last segments) of the keys
     directly under a directory, when that is cheaper than ``list`` (``None``: it is not).
+    And ``async rewrite(key, data) -> bool``: replace a small advisory object's bytes in place
+    (readers may then see a mix of old and new bytes; ``False``: not offered for this key).
     """
 
     async def get(self, key: str) -> bytes: ...
@@ -453,6 +455,14 @@ class ObstoreBackend:
         except Exception as exc:
             raise_mapped(exc, key)
 
+    async def rewrite(self, key: str, data: bytes) -> bool:
+        """Overwrite a small local file in place (see :func:`rewrite_local`); ``False`` for
+        other stores (the caller then puts the object)."""
+        if not self._pread or len(data) > INLINE_WRITE_BYTES:
+            return False
+        rewrite_local("/" + key, data)
+        return True
+
     async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
         _mark_obstore_used()
         try:
@@ -556,6 +566,45 @@ def write_local(path: str, data: Buffer, *, create: bool) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise map_error(exc, path.lstrip("/")) from exc
+
+
+def rewrite_local(path: str, data: bytes) -> None:
+    """Overwrite a small local file in place (made as :func:`write_local` makes it if
+    missing), on the calling thread.
+
+    Not atomic: a reader at that moment may see a mix of old and new bytes. For advisory
+    files only (``latest_version_hint.json``, which every reader checks against the listing
+    or by probing). Renaming a fresh file over the old one would make ext4 (``auto_da_alloc``)
+    allocate the new file's blocks and start writing them out at once, a fraction of a
+    millisecond per commit; this reuses the old file's block instead.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        try:
+            write_local(path, data, create=True)
+        except AlreadyExistsError:  # made meanwhile by another writer: write over it
+            rewrite_local(path, data)
+        return
+    except OSError as exc:
+        raise map_error(exc, path.lstrip("/")) from exc
+    try:
+        st = os.fstat(fd)
+        if st.st_nlink > 1 or not stat.S_ISREG(st.st_mode):
+            shared = True  # another name shares the file (a copy made with hard links)
+        else:
+            shared = False
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, len(data) - len(view)):]
+            if st.st_size > len(data):  # longer before (a bigger number): cut
+                os.ftruncate(fd, len(data))
+    except OSError as exc:
+        raise map_error(exc, path.lstrip("/")) from exc
+    finally:
+        os.close(fd)
+    if shared:  # give this name a file of its own
+        write_local(path, data, create=False)
 
 
 #: Threads that read ranges of local files (all started at once, so a process's thread count
@@ -739,6 +788,11 @@ class PosixBackend:
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
         await self._call(key, _write_new, self._path(key), data, create)
+
+    async def rewrite(self, key: str, data: bytes) -> bool:
+        """Overwrite a small file in place (see :func:`rewrite_local`)."""
+        await asyncio.to_thread(rewrite_local, self._path(key), data)
+        return True
 
     async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
         data = await self.get(src)

@@ -511,6 +511,16 @@ class DatasetStore:
         key = self._key(path)
         await self._retrying(lambda b: b.put(key, data, create=False), f"put {path}")
 
+    async def rewrite(self, path: str, data: bytes) -> None:
+        """Replace a small advisory object (a hint every reader checks): in place where the
+        backend can (local files, see :func:`alance.io.backends.rewrite_local`: a reader may
+        then see a mix of old and new bytes), else as :meth:`put`."""
+        key = self._key(path)
+        rewriter = getattr(self.backend, "rewrite", None)  # optional (see Backend)
+        if rewriter is None or not await self._retrying(
+                lambda b: cast(Any, b).rewrite(key, data), f"rewrite {path}"):
+            await self.put(path, data)
+
     async def put_if_absent(self, path: str, data: bytes) -> None:
         """Create an object atomically; :class:`AlreadyExistsError` if it exists already."""
         key = self._key(path)

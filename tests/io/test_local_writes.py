@@ -84,3 +84,39 @@ async def test_appends_written_inline_open_in_pylance(tmp_path: Path) -> None:
     assert not [f for f in _files(tmp_path / "ds") if "#" in f]  # no temporary files
     lance.write_dataset(pa.table({"a": [4]}), uri, mode="append")
     assert (await (await alance.open_dataset(uri)).count_rows()) == 5
+
+
+def test_rewrite_local_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v" / "hint.json"
+    backends.rewrite_local(str(path), b'{"version":100}')  # missing: made
+    assert path.read_bytes() == b'{"version":100}'
+    inode = path.stat().st_ino
+    backends.rewrite_local(str(path), b'{"version":101}')
+    backends.rewrite_local(str(path), b'{"version":99}')  # shorter: the tail is cut
+    assert path.read_bytes() == b'{"version":99}'
+    assert path.stat().st_ino == inode  # the same file, no rename
+    other = tmp_path / "copy.json"
+    os.link(path, other)  # a copy of the dataset made with hard links keeps its bytes
+    backends.rewrite_local(str(path), b'{"version":7}')
+    assert path.read_bytes() == b'{"version":7}'
+    assert other.read_bytes() == b'{"version":99}'
+    assert sorted(p.name for p in (tmp_path / "v").iterdir()) == ["hint.json"]
+
+
+async def test_pylance_reads_hints_written_in_place(tmp_path: Path) -> None:
+    """pylance opens the newest version whatever the hint says (it is only a hint), and
+    reads the ones alance writes."""
+    uri = str(tmp_path / "ds")
+    await alance.write_dataset(pa.table({"a": [0]}), uri)
+    hint = tmp_path / "ds" / "_versions" / "latest_version_hint.json"
+    for i in range(1, 12):  # 1 digit to 2 digits
+        await alance.write_dataset(pa.table({"a": [i]}), uri, mode="append")
+        assert hint.read_text() == f'{{"version":{i + 1}}}'
+        assert lance.dataset(uri).version == i + 1
+    for stale in (b'{"version":3}', b'{"version":99}', b'{"vers', b""):
+        hint.write_bytes(stale)
+        assert lance.dataset(uri).version == 12
+    await alance.write_dataset(pa.table({"a": [12]}), uri, mode="append")
+    assert hint.read_text() == '{"version":13}'
+    lance.write_dataset(pa.table({"a": [13]}), uri, mode="append")
+    assert (await (await alance.open_dataset(uri)).count_rows()) == 14

@@ -459,7 +459,9 @@ async def _write_hint(store: DatasetStore, version: int) -> None:
     if not store.version_hint:
         return
     try:
-        await store.put(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
-                        encode_latest_version_hint(version))
+        # In place: readers (pylance) check the hint, and a rename over the old file costs
+        # ext4 a forced block allocation at every commit.
+        await store.rewrite(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
+                            encode_latest_version_hint(version))
     except AlanceError as exc:  # pragma: no cover - depends on store failures
         log.warning("could not update the latest version hint of %s: %s", store.uri, exc)
