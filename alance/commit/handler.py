@@ -92,33 +92,42 @@ def _newest(paths: Iterable[str]) -> tuple[ManifestLocation | None, bool]:
     """:func:`newest_manifest`, and whether committed manifests of both naming schemes were
     listed."""
     prefix = VERSIONS_DIR + "/"
-    v2_len = len(prefix) + _V2_NAME_LEN
-    v2: list[str] = []
-    others: list[str] = []
-    for path in paths:
-        if not path.endswith(MANIFEST_SUFFIX) or not path.startswith(prefix):
-            continue
-        if len(path) == v2_len and "/" not in path[len(prefix):]:
-            v2.append(path)
-        else:
-            others.append(path)
+    cut = len(prefix)
+    return _newest_in([p[cut:] for p in paths
+                       if p.startswith(prefix) and "/" not in p[cut:]])
+
+
+#: Every committed (not detached) V2 manifest name sorts after this one (same length).
+_V2_NEWEST_DETACHED_NAME = _V2_OLDEST_DETACHED_STEM + MANIFEST_SUFFIX
+
+
+def _newest_in(names: list[str]) -> tuple[ManifestLocation | None, bool]:
+    """:func:`_newest` of the names (last segments) of the objects in ``_versions/``.
+
+    A few passes of string tests over the names, in C loops (every commit lists the
+    directory: thousands of versions must stay cheap)."""
+    manifests = [n for n in names if n.endswith(MANIFEST_SUFFIX)]
+    v2 = [n for n in manifests if len(n) == _V2_NAME_LEN]
+    others = [n for n in manifests if len(n) != _V2_NAME_LEN] if len(v2) < len(manifests) else []
     best: tuple[int, int, str, ManifestNamingScheme] | None = None
-    stems = [p for p in v2 if p[len(prefix):len(prefix) + 20] > _V2_OLDEST_DETACHED_STEM]
-    for path in [min(stems)] if stems else []:
-        parsed = parse_manifest_file_name(path[len(prefix):])
+    # Same length and suffix: names compare as their stems; the smallest stem is the newest.
+    committed = [n for n in v2 if n > _V2_NEWEST_DETACHED_NAME]
+    if committed:
+        name = min(committed)
+        parsed = parse_manifest_file_name(name)
         if parsed is not None:  # a 20-digit stem
-            best = (parsed[0], 1, path, parsed[1])
+            best = (parsed[0], 1, f"{VERSIONS_DIR}/{name}", parsed[1])
         else:  # not all digits: look at every such name
             others.extend(v2)
     schemes = {best[3]} if best is not None else set()
-    for path in others:
-        name = path[len(prefix):]
-        parsed = parse_manifest_file_name(name) if "/" not in name else None
+    for name in others:
+        parsed = parse_manifest_file_name(name)
         if parsed is None or is_detached_version(parsed[0]):
             continue
         version, scheme = parsed
         schemes.add(scheme)
-        key = (version, int(scheme is ManifestNamingScheme.V2), path, scheme)
+        key = (version, int(scheme is ManifestNamingScheme.V2), f"{VERSIONS_DIR}/{name}",
+               scheme)
         if best is None or key[:2] > best[:2]:
             best = key
     found = ManifestLocation(best[0], best[2], best[3]) if best is not None else None
@@ -155,7 +164,7 @@ class CommitHandler(abc.ABC):
 
         Read from the names in ``_versions/`` only (no sizes: on a local disk that is one
         ``listdir`` however many versions there are; every commit asks)."""
-        found, mixed = _newest(await store.list_names(VERSIONS_DIR))
+        found, mixed = _newest_in(await store.names_in(VERSIONS_DIR))
         if found is None:
             _LISTED.pop(store, None)
             raise DatasetNotFoundError(f"no dataset at {store.uri}")

@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -879,6 +880,7 @@ async def write_dataset(
     data = data_obj
     params = WriteParams(max_rows_per_file, max_rows_per_group, max_bytes_per_file)
     store, handler = _destination(uri, storage_options, commit_handler)  # uri: or a dataset
+    checked_at = time.monotonic()  # when the newest version was looked up (see the commit)
     try:
         base: Snapshot | None = await load_latest(
             store, handler, uri._snapshot if isinstance(uri, LanceDataset) else None)
@@ -983,7 +985,8 @@ async def write_dataset(
                                         naming_scheme=scheme, max_retries=max_retries,
                                         prelude=prelude,
                                         must_create=base is None and mode == "create",
-                                        stable_row_ids=enable_stable_row_ids)
+                                        stable_row_ids=enable_stable_row_ids,
+                                        base_checked_at=checked_at)
     return LanceDataset(store, handler, snap)
 
 

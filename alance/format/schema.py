@@ -303,6 +303,15 @@ class LanceField:
             meta[EXT_NAME_KEY.encode()] = b"lance.json"
         return pa.field(self.name, self.data_type, self.nullable, meta or None)
 
+    def clone(self) -> LanceField:
+        """A copy whose fields, children and metadata can change without touching this one
+        (what ``copy.deepcopy`` gives, at a small fraction of its cost)."""
+        twin = object.__new__(LanceField)
+        twin.__dict__.update(self.__dict__)  # every other attribute is immutable
+        twin.children = [c.clone() for c in self.children]
+        twin.metadata = dict(self.metadata)
+        return twin
+
     def walk(self) -> Iterator[LanceField]:
         """This field, then its descendants, depth first."""
         yield self
@@ -437,6 +446,10 @@ class LanceSchema:
         return out
 
     # -- navigation --------------------------------------------------------------------------
+    def clone(self) -> LanceSchema:
+        """A copy that can change without touching this schema (see :meth:`LanceField.clone`)."""
+        return LanceSchema([f.clone() for f in self.fields], dict(self.metadata))
+
     def walk(self) -> Iterator[LanceField]:
         """Every field, depth first (the order ids are assigned in and manifests list them)."""
         for f in self.fields:

@@ -238,8 +238,10 @@ class Backend(Protocol):
     A backend may also offer ``read_cached(key, ranges) -> list[Buffer] | None``: the ranges
     right away, without awaiting, when it can serve them without waiting (``None`` else);
     :meth:`DatasetStore.get_ranges_many` uses it to skip the task per object. And
-    ``async list_names(prefix) -> list[str] | None``: the keys directly under a directory,
-    names only, when that is cheaper than ``list`` (``None``: it is not).
+    ``async list_names(prefix) -> list[str] | None``: the names (last segments) of the keys
+    directly under a directory, when that is cheaper than ``list`` (``None``: it is not).
+    And ``async rewrite(key, data) -> bool``: replace a small advisory object's bytes in place
+    (readers may then see a mix of old and new bytes; ``False``: not offered for this key).
     """
 
     async def get(self, key: str) -> bytes: ...
@@ -269,11 +271,12 @@ class _ObstoreUpload:
     the three requests of a multipart upload (start, part, complete).
     """
 
-    def __init__(self, store: Any, key: str) -> None:
+    def __init__(self, store: Any, key: str, local: bool = False) -> None:
         self._store, self._key = store, key
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=UPLOAD_QUEUE_PARTS)
         self._task: asyncio.Task[Any] | None = None
         self._held: Buffer | None = None
+        self._local = local  # a local file system: a small object is written inline
 
     async def _source(self) -> Any:
         while True:
@@ -318,6 +321,9 @@ class _ObstoreUpload:
     async def complete(self) -> None:
         if self._task is None:  # one part at most: a plain PUT
             held, self._held = self._held, None
+            if self._local and (held is None or len(held) <= INLINE_WRITE_BYTES):
+                write_local("/" + self._key, held or b"", create=False)
+                return
             data = held if isinstance(held, bytes | bytearray) else bytes(held or b"")
             try:
                 await obstore.put_async(self._store, self._key, data)
@@ -414,15 +420,17 @@ class ObstoreBackend:
             raise_mapped(exc, key)
 
     async def list_names(self, prefix: str) -> list[str] | None:
-        """Keys directly under the directory ``prefix``, names only (no sizes or times), when
-        that is cheaper than :meth:`list` (a local file system: one ``listdir``, where
+        """Names of the keys directly under the directory ``prefix`` (no sizes or times),
+        when that is cheaper than :meth:`list` (a local file system: one ``listdir``, where
         obstore stats every file); ``None`` otherwise."""
         if not self._pread:
             return None
-        directory = "/" + prefix.rstrip("/")
-        names = await asyncio.get_running_loop().run_in_executor(_pread_executor(), _names_in,
-                                                                 directory)
-        return [f"{prefix.rstrip('/')}/{n}" for n in names]
+        # On the event loop: one listdir costs less than the round trip through a thread
+        # (and less than the caller's pass over the names).
+        try:
+            return _names_in("/" + prefix.rstrip("/"))
+        except OSError as exc:
+            raise map_error(exc, prefix) from exc
 
     async def list(self, prefix: str) -> list[Meta]:
         _mark_obstore_used()
@@ -437,12 +445,23 @@ class ObstoreBackend:
         return out
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
+        if self._pread and len(data) <= INLINE_WRITE_BYTES:
+            write_local("/" + key, data, create=create)
+            return
         _mark_obstore_used()
         try:
             await obstore.put_async(self.store, key, data,
                                     mode="create" if create else None)  # type: ignore[arg-type]
         except Exception as exc:
             raise_mapped(exc, key)
+
+    async def rewrite(self, key: str, data: bytes) -> bool:
+        """Overwrite a small local file in place (see :func:`rewrite_local`); ``False`` for
+        other stores (the caller then puts the object)."""
+        if not self._pread or len(data) > INLINE_WRITE_BYTES:
+            return False
+        rewrite_local("/" + key, data)
+        return True
 
     async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
         _mark_obstore_used()
@@ -462,7 +481,7 @@ class ObstoreBackend:
 
     def upload(self, key: str) -> Upload:
         _mark_obstore_used()
-        return _ObstoreUpload(self.store, key)
+        return _ObstoreUpload(self.store, key, self._pread)
 
     async def remove_empty_dirs(self, prefix: str) -> None:
         """Local file systems: remove the directories left empty under ``prefix``."""
@@ -503,6 +522,89 @@ def _write_new(path: str, data: bytes, create: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: Most bytes an object written to a local file system may have to be written on the event
+#: loop (new file, write, rename or link: tens of microseconds, where a round trip through a
+#: worker thread costs hundreds); larger objects go through obstore's threads.
+INLINE_WRITE_BYTES = 256 * 1024
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_local(path: str, data: Buffer, *, create: bool) -> None:
+    """Write a local file as obstore's local store does, on the calling thread: the bytes go
+    to a temporary file next to it, which is then renamed over ``path`` or, with ``create``,
+    hard-linked to it (atomic: :class:`AlreadyExistsError` if ``path`` exists). Readers never
+    see a partial file. Missing directories are made. OS errors are mapped to alance errors.
+    """
+    tmp = _temp_name(path)
+    try:
+        try:
+            fd = os.open(tmp, _CREATE_FLAGS, 0o666)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(tmp, _CREATE_FLAGS, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        if create:
+            try:
+                os.link(tmp, path)  # fails if the target exists
+            finally:
+                with contextlib.suppress(OSError):  # done (or failed) either way
+                    os.unlink(tmp)
+        else:
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise map_error(exc, path.lstrip("/")) from exc
+
+
+def rewrite_local(path: str, data: bytes) -> None:
+    """Overwrite a small local file in place (made as :func:`write_local` makes it if
+    missing), on the calling thread.
+
+    Not atomic: a reader at that moment may see a mix of old and new bytes. For advisory
+    files only (``latest_version_hint.json``, which every reader checks against the listing
+    or by probing). Renaming a fresh file over the old one would make ext4 (``auto_da_alloc``)
+    allocate the new file's blocks and start writing them out at once, a fraction of a
+    millisecond per commit; this reuses the old file's block instead.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        try:
+            write_local(path, data, create=True)
+        except AlreadyExistsError:  # made meanwhile by another writer: write over it
+            rewrite_local(path, data)
+        return
+    except OSError as exc:
+        raise map_error(exc, path.lstrip("/")) from exc
+    try:
+        st = os.fstat(fd)
+        if st.st_nlink > 1 or not stat.S_ISREG(st.st_mode):
+            shared = True  # another name shares the file (a copy made with hard links)
+        else:
+            shared = False
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, len(data) - len(view)):]
+            if st.st_size > len(data):  # longer before (a bigger number): cut
+                os.ftruncate(fd, len(data))
+    except OSError as exc:
+        raise map_error(exc, path.lstrip("/")) from exc
+    finally:
+        os.close(fd)
+    if shared:  # give this name a file of its own
+        write_local(path, data, create=False)
 
 
 #: Threads that read ranges of local files (all started at once, so a process's thread count
@@ -677,9 +779,8 @@ class PosixBackend:
         return _meta_of(key, st)
 
     async def list_names(self, prefix: str) -> list[str] | None:
-        """Keys directly under the directory ``prefix`` (one ``listdir``)."""
-        names = await self._call(prefix, _names_in, self._path(prefix.rstrip("/")))
-        return [f"{prefix.rstrip('/')}/{n}" for n in names]
+        """Names of the keys directly under the directory ``prefix`` (one ``listdir``)."""
+        return await self._call(prefix, _names_in, self._path(prefix.rstrip("/")))  # type: ignore[no-any-return]
 
     async def list(self, prefix: str) -> list[Meta]:
         root = prefix.rstrip("/")
@@ -687,6 +788,11 @@ class PosixBackend:
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
         await self._call(key, _write_new, self._path(key), data, create)
+
+    async def rewrite(self, key: str, data: bytes) -> bool:
+        """Overwrite a small file in place (see :func:`rewrite_local`)."""
+        await asyncio.to_thread(rewrite_local, self._path(key), data)
+        return True
 
     async def copy(self, src: str, dst: str, *, overwrite: bool) -> None:
         data = await self.get(src)

@@ -487,6 +487,12 @@ class DatasetStore:
         """Paths of the objects directly in the directory ``prefix``, without their sizes or
         times: cheaper than :meth:`list` where the backend can (local disks list a directory
         in one call, obstore stats every file); else :meth:`list` filtered."""
+        head = prefix.rstrip("/")
+        return [f"{head}/{n}" for n in await self.names_in(prefix)]
+
+    async def names_in(self, prefix: str) -> builtins.list[str]:
+        """The names (last path segments) of the objects directly in the directory
+        ``prefix``: :meth:`list_names` without the directory in front."""
         key = self._key(prefix)
         lister = getattr(self.backend, "list_names", None)  # optional (see Backend)
         found: builtins.list[str] | None = None
@@ -494,15 +500,26 @@ class DatasetStore:
             found = await self._retrying(lambda b: cast(Any, b).list_names(key),
                                          f"list of names under {prefix}")
         if found is None:
-            return [m.path for m in await self.list(prefix)
-                    if m.path.rsplit("/", 1)[0] == prefix.rstrip("/")]
-        return [self._rel(k) for k in found]
+            head = prefix.rstrip("/")
+            return [name for m in await self.list(prefix)
+                    for parent, _, name in [m.path.rpartition("/")] if parent == head]
+        return found
 
     # -- writes ------------------------------------------------------------------------------
     async def put(self, path: str, data: bytes) -> None:
         """Write an object, replacing any existing one."""
         key = self._key(path)
         await self._retrying(lambda b: b.put(key, data, create=False), f"put {path}")
+
+    async def rewrite(self, path: str, data: bytes) -> None:
+        """Replace a small advisory object (a hint every reader checks): in place where the
+        backend can (local files, see :func:`alance.io.backends.rewrite_local`: a reader may
+        then see a mix of old and new bytes), else as :meth:`put`."""
+        key = self._key(path)
+        rewriter = getattr(self.backend, "rewrite", None)  # optional (see Backend)
+        if rewriter is None or not await self._retrying(
+                lambda b: cast(Any, b).rewrite(key, data), f"rewrite {path}"):
+            await self.put(path, data)
 
     async def put_if_absent(self, path: str, data: bytes) -> None:
         """Create an object atomically; :class:`AlreadyExistsError` if it exists already."""

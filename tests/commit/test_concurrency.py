@@ -55,6 +55,13 @@ class CountingHandler(alance.ConditionalPutCommitHandler):
     def __init__(self) -> None:
         self.conflicts = 0
 
+    async def latest(self, store):  # type: ignore[no-untyped-def]
+        found = await super().latest(store)
+        # Let the other tasks look too: small local writes and listings never wait, so
+        # without a pause here each task's append would run to its end before the next began.
+        await asyncio.sleep(0)
+        return found
+
     async def commit(self, store, version, manifest, naming_scheme):  # type: ignore[no-untyped-def]
         try:
             return await super().commit(store, version, manifest, naming_scheme)

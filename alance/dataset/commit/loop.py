@@ -75,6 +75,10 @@ DEFAULT_MAX_RETRIES = 20
 #: ``max_retries`` are used up: under heavy contention a rebasable commit waits its turn
 #: instead of failing after a fixed number of races (``max_retries=0``: never retried).
 COMMIT_DEADLINE = 60.0
+#: A base found to be the newest version at most this many seconds before its commit starts
+#: (by the same write: ``base_checked_at``) is not checked again (see
+#: :meth:`_CommitLoop.run`): the check would repeat, moments later, the listing that found it.
+FRESH_BASE_SECONDS = 0.5
 #: First backoff pause (seconds) and the cap of the growing pause.
 BACKOFF_BASE = 0.005
 BACKOFF_CAP = 0.5
@@ -206,6 +210,7 @@ async def commit_transaction(
     affected_rows: Mapping[int, np.ndarray] | None = None,
     check: CommitCheck | None = None,
     stable_row_ids: bool = False,
+    base_checked_at: float | None = None,
 ) -> Snapshot:
     """Commit ``txn`` on top of ``base`` (its read version; ``None``: create the dataset).
 
@@ -213,6 +218,9 @@ async def commit_transaction(
     concurrent deletes of other rows of the same fragment are merged instead of refused.
     ``must_create`` turns losing the race for version 1 into :class:`AlreadyExistsError`.
     ``stable_row_ids`` creates the dataset with stable row ids (ignored when it exists).
+    ``base_checked_at``: when (``time.monotonic()``) the caller found ``base`` to be the
+    newest version, if it did; within :data:`FRESH_BASE_SECONDS` the commit does not ask
+    again before its first attempt.
     Returns the snapshot of the new version.
     """
     if max_retries < 0:
@@ -220,6 +228,8 @@ async def commit_transaction(
     loop = _CommitLoop(store, handler, data_storage_version, naming_scheme, prelude,
                        affected_rows, check)
     loop.stable_row_ids = stable_row_ids
+    loop.base_fresh = (base_checked_at is not None
+                       and time.monotonic() - base_checked_at <= FRESH_BASE_SECONDS)
     try:
         snap = await loop.run(base, txn, max_retries, must_create)
     except CommitOutcomeUnknownError:
@@ -249,6 +259,7 @@ class _CommitLoop:
         self.merged = WrittenFiles()
         self.restore_source: ManifestFile | None = None
         self.stable_row_ids = False
+        self.base_fresh = False
 
     async def cleanup(self, committed: Snapshot | None) -> None:
         """Delete what the committed version (``None``: nothing) does not reference."""
@@ -314,8 +325,15 @@ class _CommitLoop:
         # dataset's back (a lost commit, or a rewound history).
         # The transaction file does not depend on the answer: written meanwhile, it saves a
         # round trip on every commit (a rebase writes another one; cleanup removes this one).
+        # A base the caller found to be the newest moments ago (``base_fresh``: the listing
+        # of the same write, before its data files) is not asked about again: the window in
+        # which a version could land and be cleaned up is then as short as the one between
+        # this check and the commit (a request per commit less: a LIST on S3, a DynamoDB
+        # query, a directory listing on a local disk).
         catch_up = False
-        if base is not None:
+        if base is not None and self.base_fresh:
+            await self._write_txn_file(txn)
+        elif base is not None:
             newest, _ = await asyncio.gather(self.handler.latest(self.store),
                                              self._write_txn_file(txn))
             catch_up = newest.version > base.version
@@ -459,7 +477,9 @@ async def _write_hint(store: DatasetStore, version: int) -> None:
     if not store.version_hint:
         return
     try:
-        await store.put(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
-                        encode_latest_version_hint(version))
+        # In place: readers (pylance) check the hint, and a rename over the old file costs
+        # ext4 a forced block allocation at every commit.
+        await store.rewrite(f"{VERSIONS_DIR}/{LATEST_VERSION_HINT_NAME}",
+                            encode_latest_version_hint(version))
     except AlanceError as exc:  # pragma: no cover - depends on store failures
         log.warning("could not update the latest version hint of %s: %s", store.uri, exc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Mapping
 from importlib import metadata as _pkg_metadata
@@ -74,7 +73,7 @@ class LegacyFileWriter:
             raise InvalidInputError("cannot write a data file without columns")
         for f in schema.fields:
             check_type(f, f.data_type, f.name)  # refuses types v0.2 cannot store
-        self._schema = copy.deepcopy(schema)
+        self._schema = schema.clone()
         self._minor = minor_version
         self._writer_version = writer_version or _default_writer_version()
         self._self_describing = self_describing

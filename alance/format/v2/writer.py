@@ -15,7 +15,6 @@ Memory stays bounded by one batch: nothing but page positions is kept between ca
 
 from __future__ import annotations
 
-import copy
 import struct
 
 import numpy as np
@@ -155,7 +154,7 @@ class V2FileWriter:
                 check_field20(f, f.name)
             else:
                 _check_types(f, version, f.name)
-        self._schema = copy.deepcopy(schema)
+        self._schema = schema.clone()
         self._version = version
         # 2.0: a column per field (pre-order); 2.1+: a column per leaf field; a blob column
         # is one column of descriptors.

@@ -1,0 +1,122 @@
+"""Small objects on local disks are written on the event loop (no thread round trip): the
+same files, the same atomicity and the same errors as obstore's local store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+import alance
+from alance.errors import AlreadyExistsError, NotFoundError
+from alance.io import backends
+from alance.io.backends import write_local
+from alance.io.uri import open_store
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_write_local_create_replace_and_leftovers(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "x.bin"  # missing directories are made
+    write_local(str(target), b"one", create=True)
+    assert target.read_bytes() == b"one"
+    with pytest.raises(AlreadyExistsError):
+        write_local(str(target), b"two", create=True)
+    assert target.read_bytes() == b"one"
+    write_local(str(target), memoryview(b"three"), create=False)
+    assert target.read_bytes() == b"three"
+    write_local(str(tmp_path / "empty"), b"", create=True)
+    assert (tmp_path / "empty").read_bytes() == b""
+    # no temporary file is left behind, after a success or a lost create
+    assert _files(tmp_path) == ["a/b/x.bin", "empty"]
+
+
+def test_write_local_errors_are_mapped(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(NotFoundError):  # a file where a directory should be
+        write_local(str(tmp_path / "file" / "y"), b"y", create=False)
+    assert _files(tmp_path) == ["file"]
+
+
+async def test_store_writes_small_inline_and_large_through_obstore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = backends.obstore.put_async
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        calls.append(str(args[1]))
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends.obstore, "put_async", counted)
+    store = open_store(str(tmp_path / "ds"), None)
+    await store.put("small", b"s" * 100)
+    await store.put_if_absent("_versions/1.manifest", b"m")
+    with pytest.raises(AlreadyExistsError):
+        await store.put_if_absent("_versions/1.manifest", b"other")
+    big = os.urandom(backends.INLINE_WRITE_BYTES + 1)
+    await store.put("big", big)
+    writer = store.backend.upload(store._key("data/small.lance"))
+    await writer.write(b"d" * 10)
+    await writer.complete()
+    assert [c.rsplit("/", 1)[-1] for c in calls] == ["big"]
+    assert await store.get("big") == big
+    assert await store.get("data/small.lance") == b"d" * 10
+    assert await store.get("_versions/1.manifest") == b"m"
+    assert sorted(await store.list_names("_versions")) == ["_versions/1.manifest"]
+    assert await store.list_names("nothing_here") == []
+
+
+async def test_appends_written_inline_open_in_pylance(tmp_path: Path) -> None:
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(pa.table({"a": [0]}), uri)
+    for i in range(1, 4):
+        await alance.write_dataset(pa.table({"a": [i]}), uri, mode="append")
+    ds = lance.dataset(uri)
+    assert ds.version == 4
+    assert sorted(ds.to_table()["a"].to_pylist()) == [0, 1, 2, 3]
+    hint = (tmp_path / "ds" / "_versions" / "latest_version_hint.json").read_text()
+    assert hint == '{"version":4}'
+    assert not [f for f in _files(tmp_path / "ds") if "#" in f]  # no temporary files
+    lance.write_dataset(pa.table({"a": [4]}), uri, mode="append")
+    assert (await (await alance.open_dataset(uri)).count_rows()) == 5
+
+
+def test_rewrite_local_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v" / "hint.json"
+    backends.rewrite_local(str(path), b'{"version":100}')  # missing: made
+    assert path.read_bytes() == b'{"version":100}'
+    inode = path.stat().st_ino
+    backends.rewrite_local(str(path), b'{"version":101}')
+    backends.rewrite_local(str(path), b'{"version":99}')  # shorter: the tail is cut
+    assert path.read_bytes() == b'{"version":99}'
+    assert path.stat().st_ino == inode  # the same file, no rename
+    other = tmp_path / "copy.json"
+    os.link(path, other)  # a copy of the dataset made with hard links keeps its bytes
+    backends.rewrite_local(str(path), b'{"version":7}')
+    assert path.read_bytes() == b'{"version":7}'
+    assert other.read_bytes() == b'{"version":99}'
+    assert sorted(p.name for p in (tmp_path / "v").iterdir()) == ["hint.json"]
+
+
+async def test_pylance_reads_hints_written_in_place(tmp_path: Path) -> None:
+    """pylance opens the newest version whatever the hint says (it is only a hint), and
+    reads the ones alance writes."""
+    uri = str(tmp_path / "ds")
+    await alance.write_dataset(pa.table({"a": [0]}), uri)
+    hint = tmp_path / "ds" / "_versions" / "latest_version_hint.json"
+    for i in range(1, 12):  # 1 digit to 2 digits
+        await alance.write_dataset(pa.table({"a": [i]}), uri, mode="append")
+        assert hint.read_text() == f'{{"version":{i + 1}}}'
+        assert lance.dataset(uri).version == i + 1
+    for stale in (b'{"version":3}', b'{"version":99}', b'{"vers', b""):
+        hint.write_bytes(stale)
+        assert lance.dataset(uri).version == 12
+    await alance.write_dataset(pa.table({"a": [12]}), uri, mode="append")
+    assert hint.read_text() == '{"version":13}'
+    lance.write_dataset(pa.table({"a": [13]}), uri, mode="append")
+    assert (await (await alance.open_dataset(uri)).count_rows()) == 14
