@@ -71,14 +71,24 @@ async def test_inserts_of_different_schemas_go_to_different_commits(tmp_path: Pa
 
 async def test_a_cancelled_waiting_insert_writes_nothing(tmp_path: Path) -> None:
     ds = await _dataset(tmp_path)
+    started, release = asyncio.Event(), asyncio.Event()
+    real_insert = ds.insert
+
+    async def held_insert(*args: object, **kwargs: object) -> alance.LanceDataset:
+        started.set()
+        await release.wait()  # the first commit stays in progress until released
+        return await real_insert(*args, **kwargs)  # type: ignore[arg-type]
+
+    ds.insert = held_insert  # type: ignore[method-assign]
     inserter = alance.BatchedInserter(ds)
     first = asyncio.ensure_future(inserter.insert(_rows(100)))
-    await asyncio.sleep(0)  # the first starts its commit
+    await started.wait()  # the first insert's commit is in progress
     second = asyncio.ensure_future(inserter.insert(_rows(200)))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # queued behind the running commit
     second.cancel()
     with pytest.raises(asyncio.CancelledError):
         await second
+    release.set()
     await first
     ids = (await (await inserter.dataset.checkout_latest()).to_table()).column("id").to_pylist()
     assert sorted(ids) == [*range(10), 100, 101, 102]
