@@ -69,16 +69,30 @@ async def test_inserts_of_different_schemas_go_to_different_commits(tmp_path: Pa
     assert table.filter(pa.compute.equal(table["id"], 500))["name"].to_pylist() == [None]
 
 
-async def test_a_cancelled_waiting_insert_writes_nothing(tmp_path: Path) -> None:
+async def test_a_cancelled_waiting_insert_writes_nothing(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     ds = await _dataset(tmp_path)
     inserter = alance.BatchedInserter(ds)
+    # Hold the first commit until the second insert is cancelled: a local commit never has
+    # to wait for its store, so without this it would be over before the second arrived.
+    committing, release = asyncio.Event(), asyncio.Event()
+    real_commit = alance.ConditionalPutCommitHandler.commit
+
+    async def held(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        committing.set()
+        await release.wait()
+        return await real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(alance.ConditionalPutCommitHandler, "commit", held)
     first = asyncio.ensure_future(inserter.insert(_rows(100)))
-    await asyncio.sleep(0)  # the first starts its commit
+    await committing.wait()  # the first is committing
     second = asyncio.ensure_future(inserter.insert(_rows(200)))
     await asyncio.sleep(0)
+    assert not second.done()  # waiting for the first commit
     second.cancel()
     with pytest.raises(asyncio.CancelledError):
         await second
+    release.set()
     await first
     ids = (await (await inserter.dataset.checkout_latest()).to_table()).column("id").to_pylist()
     assert sorted(ids) == [*range(10), 100, 101, 102]
