@@ -608,6 +608,21 @@ def test_nulls_round_trip(spark, tmp_path: Path) -> None:
     assert rows(spark.read.format("alance").load(uri)) == expected
 
 
+def test_registered_class_carries_the_default_partitions_by_value() -> None:
+    from pyspark import cloudpickle
+
+    from alance.spark import AlanceDataSource, AlanceDataSourcePushdown, source_class
+
+    assert source_class(True, None) is AlanceDataSourcePushdown
+    assert source_class(False, 0) is AlanceDataSource
+    cls = source_class(False, 3)
+    # Spark's Python workers get the class by value: the default travels with it
+    back = cloudpickle.loads(cloudpickle.dumps(cls))
+    assert back.default_partitions == 3 and back.name() == "alance"
+    assert issubclass(back, AlanceDataSource) and not back.pushdown_default
+    assert source_class(True, 5).pushdown_default is True
+
+
 def test_register_probe_keeps_spark_pushdown_off_where_it_is_unsound(spark) -> None:
     from alance.spark.probe import pushdown_is_scoped
 
