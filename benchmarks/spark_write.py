@@ -10,7 +10,9 @@ data). Python workers are started by a warm-up round before timing (alance runs 
 Parquet does not need them). Best of ``--repeat`` runs, in wall time and in CPU time (every
 process of this run: driver, its JVM, Python workers, and with ``--cluster`` the master,
 worker and executors; on a machine shared with other jobs CPU time is the steadier figure).
-Target: alance at most Parquet's time.
+``floor read`` reads the same rows, already in Spark's Arrow types, from memory-mapped Arrow
+files through a trivial Python data source: what Spark's Python data source path costs by
+itself. Target: alance at most Parquet's time.
 """
 
 from __future__ import annotations
@@ -63,6 +65,74 @@ def best_of(repeat: int, fn: Callable[[int], None], roots: list[int],
         times.append(time.perf_counter() - start)
         cpus.append(tree_cpu(roots) - cpu)
     return min(times), min(cpus)
+
+
+def floor_source() -> type:
+    """A Python data source that serves Arrow record batches from memory-mapped Arrow IPC
+    files (no decoding, no casts): the cost of Spark's Python data source path by itself,
+    the floor for any Python source."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, files: list[list[str]]) -> None:
+            self.files = files
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(group) for group in self.files]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            import pyarrow as pa
+
+            for path in partition.value:
+                with pa.memory_map(path) as source:
+                    reader = pa.ipc.open_file(source)
+                    for i in range(reader.num_record_batches):
+                        yield reader.get_batch(i)
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrowfloor"
+
+        def schema(self) -> str:
+            return str(self.options["schema"])
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            import json
+
+            return FloorReader(json.loads(self.options["files"]))
+
+    return FloorSource
+
+
+def write_floor_files(uri: str, directory: str, parallelism: int) -> list[list[str]]:
+    """The dataset at ``uri`` as Arrow IPC files in Spark's Arrow types, grouped as alance
+    groups the dataset's fragments into read partitions (64Ki-row batches)."""
+    import pyarrow as pa
+
+    import alance.sync as al
+    from alance.dataset.distributed.read import plan_read_groups
+    from alance.spark.types import spark_arrow_schema, spark_schema
+
+    ds = al.open_dataset(uri)
+    # every column nullable, as the floor source's declared schema (DDL) says
+    target = pa.schema([f.with_nullable(True)
+                        for f in spark_arrow_schema(spark_schema(ds.schema))])
+    groups = plan_read_groups(ds.fragment_protos(), 1 << 20, parallelism)
+    os.makedirs(directory, exist_ok=True)
+    files = []
+    for g, group in enumerate(groups):
+        names = []
+        for t, task in enumerate(group):
+            table = ds.get_fragment(task.fragment_id).to_table().slice(
+                task.start, task.end - task.start).cast(target)
+            path = f"{directory}/{g}-{t}.arrow"
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, target) as writer:
+                for batch in table.to_batches(max_chunksize=64 * 1024):
+                    writer.write_batch(batch)
+            names.append(path)
+        files.append(names)
+    return files
 
 
 def main() -> None:
@@ -134,6 +204,16 @@ def main() -> None:
             "bucket = 7")))
         results["alance filter"] = timed(lambda i: noop(al(i).where(
             "bucket = 7")))
+        import json
+
+        spark.dataSource.register(floor_source())
+        floor_files = write_floor_files(f"{work}/t0.lance", f"{work}/floor",
+                                        spark.sparkContext.defaultParallelism)
+        floor_schema = ", ".join(f"{f.name} {f.dataType.simpleString()}"
+                                 for f in al(0).schema.fields)
+        results["floor read"] = timed(lambda i: noop(
+            spark.read.format("arrowfloor").option("schema", floor_schema)
+            .option("files", json.dumps(floor_files)).load()))
         results["alance filteropt"] = timed(lambda i: noop(al(
             i, filter="bucket = 7")))
         check = spark.read.format("alance").load(f"{work}/t0.lance").count()
@@ -155,6 +235,9 @@ def main() -> None:
             (pt, pc), (at, ac) = results[f"parquet {p}"], results[f"alance {a}"]
             print(f"  | {label} | {pt:.2f} s | {at:.2f} s | {at / pt:.2f}x | {pc:.2f} s | "
                   f"{ac:.2f} s | {ac / pc:.2f}x |")
+        (pt, pc), (ft, fc) = results["parquet read"], results["floor read"]
+        print(f"  | full read, Arrow from memory (Python source floor) | {pt:.2f} s | "
+              f"{ft:.2f} s | {ft / pt:.2f}x | {pc:.2f} s | {fc:.2f} s | {fc / pc:.2f}x |")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
