@@ -18,6 +18,7 @@ itself. Target: alance at most Parquet's time.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -98,8 +99,6 @@ def floor_source() -> type:
             return str(self.options["schema"])
 
         def reader(self, schema):  # type: ignore[no-untyped-def]
-            import json
-
             return FloorReader(json.loads(self.options["files"]))
 
     return FloorSource
@@ -192,8 +191,16 @@ def main() -> None:
         def al(i: int, **kw):
             return alance.spark.read(spark, f"{work}/t{i}.lance", **kw)
 
+        spark.dataSource.register(floor_source())
+        floor_files = write_floor_files(f"{work}/t0.lance", f"{work}/floor",
+                                        spark.sparkContext.defaultParallelism)
+        floor_schema = ", ".join(f"{f.name} {f.dataType.simpleString()}"
+                                 for f in al(0).schema.fields)
         results["parquet read"] = timed(lambda i: noop(pq(i)))
         results["alance read"] = timed(lambda i: noop(al(i)))
+        results["floor read"] = timed(lambda i: noop(
+            spark.read.format("arrowfloor").option("schema", floor_schema)
+            .option("files", json.dumps(floor_files)).load()))
         results["parquet select"] = timed(lambda i: noop(pq(i).select(
             "id", "amount")))
         results["alance select"] = timed(lambda i: noop(al(i).select(
@@ -204,16 +211,6 @@ def main() -> None:
             "bucket = 7")))
         results["alance filter"] = timed(lambda i: noop(al(i).where(
             "bucket = 7")))
-        import json
-
-        spark.dataSource.register(floor_source())
-        floor_files = write_floor_files(f"{work}/t0.lance", f"{work}/floor",
-                                        spark.sparkContext.defaultParallelism)
-        floor_schema = ", ".join(f"{f.name} {f.dataType.simpleString()}"
-                                 for f in al(0).schema.fields)
-        results["floor read"] = timed(lambda i: noop(
-            spark.read.format("arrowfloor").option("schema", floor_schema)
-            .option("files", json.dumps(floor_files)).load()))
         results["alance filteropt"] = timed(lambda i: noop(al(
             i, filter="bucket = 7")))
         check = spark.read.format("alance").load(f"{work}/t0.lance").count()
