@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
@@ -59,6 +60,7 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.filter import compile_filter_and_columns
+from alance.io.plans import set_offloading
 from alance.spark.changes import ChangesReader, change_feed, change_schema
 from alance.spark.filters import Converted, combine, convert_filter
 from alance.spark.options import (
@@ -352,6 +354,10 @@ class AlanceReader(DataSourceReader):
         """The partition's rows as Arrow batches in exactly the declared Spark schema."""
         if not isinstance(partition, FragmentPartition):
             return  # an empty dataset: Spark reads one placeholder partition
+        if TaskContext.get() is not None:
+            # In a Spark worker (one task per core) decoding on more threads of the worker
+            # adds no parallelism, only hand-offs: keep it on the event loop's thread.
+            set_offloading(False)
         target = spark_arrow_schema(self.schema)
         flt = self._filter()
         stream = scan_tasks(self.dataset, partition.tasks, columns=list(self.schema.names),

@@ -560,3 +560,35 @@ async def test_distributed_write_keeps_blob_sidecars(tmp_path) -> None:
     assert theirs.count_rows() == 4
     got = theirs.take_blobs("b", indices=[0, 1, 2, 3])
     assert [b.readall() for b in got] == [b"small", big, b"small", big]
+
+
+async def test_scans_are_the_same_with_decoding_kept_on_the_event_loop(local_uri: str) -> None:
+    from alance.io.plans import offloading, set_offloading
+
+    n = 200_000
+    table = pa.table({"id": pa.array(range(n), pa.int64()),
+                      "s": pa.array([f"v{i % 50}" for i in range(n)]),
+                      "v": pa.array([i * 2 for i in range(n)], pa.int64())})
+    await alance.write_dataset(table, local_uri, max_rows_per_file=80_000)
+    ds = await alance.open_dataset(local_uri)
+    groups = plan_read_groups(ds.fragment_protos(), 1 << 20, 2)
+
+    async def scan(**kw: object) -> pa.Table:
+        parts = []
+        for group in groups:
+            async for batch in scan_tasks(ds, group, **kw):  # type: ignore[arg-type]
+                parts.append(batch)
+        return pa.Table.from_batches(parts)
+
+    assert offloading()
+    full, filtered = await scan(), await scan(columns=["id", "s"], filter=pc.field("v") > 1000,
+                                              filter_columns=["v"])
+    set_offloading(False)
+    try:
+        assert not offloading()
+        assert (await scan()).equals(full) and full.num_rows == n
+        assert (await scan(columns=["id", "s"], filter=pc.field("v") > 1000,
+                           filter_columns=["v"])).equals(filtered)
+    finally:
+        set_offloading(True)
+    assert filtered.num_rows == n - 501
