@@ -105,32 +105,26 @@ def floor_source() -> type:
 
 
 def write_floor_files(uri: str, directory: str, parallelism: int) -> list[list[str]]:
-    """The dataset at ``uri`` as Arrow IPC files in Spark's Arrow types, grouped as alance
-    groups the dataset's fragments into read partitions (64Ki-row batches)."""
+    """The dataset at ``uri`` as Arrow IPC files (one per fragment, 64Ki-row batches) in
+    Spark's Arrow types, the fragments in ``parallelism`` groups of consecutive ones."""
     import pyarrow as pa
 
     import alance.sync as al
-    from alance.dataset.distributed.read import plan_read_groups
     from alance.spark.types import spark_arrow_schema, spark_schema
 
     ds = al.open_dataset(uri)
     # every column nullable, as the floor source's declared schema (DDL) says
     target = pa.schema([f.with_nullable(True)
                         for f in spark_arrow_schema(spark_schema(ds.schema))])
-    groups = plan_read_groups(ds.fragment_protos(), 1 << 20, parallelism)
     os.makedirs(directory, exist_ok=True)
-    files = []
-    for g, group in enumerate(groups):
-        names = []
-        for t, task in enumerate(group):
-            table = ds.get_fragment(task.fragment_id).to_table().slice(
-                task.start, task.end - task.start).cast(target)
-            path = f"{directory}/{g}-{t}.arrow"
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, target) as writer:
-                for batch in table.to_batches(max_chunksize=64 * 1024):
-                    writer.write_batch(batch)
-            names.append(path)
-        files.append(names)
+    frags = ds.get_fragments()
+    files: list[list[str]] = [[] for _ in range(min(parallelism, len(frags)))]
+    for i, frag in enumerate(frags):
+        path = f"{directory}/{i}.arrow"
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, target) as writer:
+            for batch in frag.to_table().cast(target).to_batches(max_chunksize=64 * 1024):
+                writer.write_batch(batch)
+        files[i * len(files) // len(frags)].append(path)
     return files
 
 
