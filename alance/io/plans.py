@@ -25,7 +25,8 @@ T = TypeVar("T")
 #: (smaller steps cost less than the hand-off).
 OFFLOAD_BYTES = 96 * 1024
 
-__all__ = ["DECODE_WORKERS", "OFFLOAD_BYTES", "decode_pool", "run_plan"]
+__all__ = ["DECODE_WORKERS", "OFFLOAD_BYTES", "decode_pool", "offloading", "run_plan",
+           "set_offloading"]
 
 
 #: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
@@ -58,6 +59,27 @@ def _forget_pool_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+#: Whether decoding may move off the event loop's thread (see :func:`set_offloading`).
+_offloading = True
+
+
+def set_offloading(enabled: bool) -> None:
+    """Let big decode steps run on the decoding threads (``True``, the default) or keep all
+    decoding on the event loop's thread (``False``), for this process.
+
+    The hand-off buys parallelism when one process reads alone; where every core already
+    runs a reading process (Spark's Python workers: one task per core) it buys none and
+    costs thread wake-ups and contention: Spark's read tasks turn it off.
+    """
+    global _offloading
+    _offloading = bool(enabled)
+
+
+def offloading() -> bool:
+    """Whether decode steps may run on the decoding threads (:func:`set_offloading`)."""
+    return _offloading
 
 
 _DONE = object()
@@ -109,7 +131,7 @@ async def run_plan(plan: Generator[list[tuple[int, int]], list[bytes], T], store
                 if len(chunk) != end - start:
                     raise CorruptFileError(f"{path}: file ends before byte {end}")
                 total += end - start
-            if offload_bytes is not None and total >= offload_bytes:
+            if offload_bytes is not None and total >= offload_bytes and _offloading:
                 ranges, value = await _step_off_loop(plan, data)
             else:
                 ranges, value = _step(plan, data)

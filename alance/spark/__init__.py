@@ -17,8 +17,8 @@ from typing import Any
 
 from alance.spark.datasource import AlanceDataSource, AlanceDataSourcePushdown
 
-__all__ = ["AlanceDataSource", "AlanceDataSourcePushdown", "activate", "read", "register",
-           "save"]
+__all__ = ["AlanceDataSource", "AlanceDataSourcePushdown", "activate", "default_parallelism",
+           "read", "register", "save", "source_class"]
 
 #: Spark keeps pushed filters from Python data sources off unless this is on.
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -41,11 +41,36 @@ def register(spark: Any, pushdown: bool | None = None) -> bool:
 
         activate(spark)
         pushdown = pushdown_is_scoped(spark)
-    spark.dataSource.register(AlanceDataSourcePushdown if pushdown else AlanceDataSource)
+    spark.dataSource.register(source_class(pushdown, default_parallelism(spark)))
     # Needed by readers that take filters (the `pushdown` option); harmless otherwise.
     spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     activate(spark)
     return pushdown
+
+
+def default_parallelism(spark: Any) -> int | None:
+    """Spark's default parallelism (cores of the executors registered so far, at least 2 on
+    a cluster), or None where it is not available (Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        return None
+
+
+def source_class(pushdown: bool, partitions: int | None) -> type[AlanceDataSource]:
+    """The data source class :func:`register` registers: push-down on or off by default,
+    reads aiming for ``partitions`` partitions unless the ``partitions`` option says.
+
+    Spark ships the class to its Python workers by value (cloudpickle) when it is not the
+    module's own, so a subclass made here carries ``default_partitions`` with it.
+    """
+    base = AlanceDataSourcePushdown if pushdown else AlanceDataSource
+    if not partitions:
+        return base
+    return type(base.__name__, (base,), {"__module__": base.__module__,
+                                         "__qualname__": base.__qualname__,
+                                         "__doc__": base.__doc__,
+                                         "default_partitions": int(partitions)})
 
 
 def read(spark: Any, uri: str, columns: Sequence[str] | None = None,
@@ -57,9 +82,14 @@ def read(spark: Any, uri: str, columns: Sequence[str] | None = None,
     (alance's SQL, as in ``LanceDataset.to_table(filter=...)``) evaluated while scanning,
     reading the filter's columns first and the others only for matching rows. Both are part
     of the returned DataFrame (every query on it sees only those rows and columns), which is
-    what makes them safe where Spark's own push-down is not. ``options``: any other option.
+    what makes them safe where Spark's own push-down is not. ``options``: any other option
+    (``partitions`` defaults to Spark's default parallelism now).
     """
     reader = spark.read.format("alance")
+    if "partitions" not in {k.lower() for k in options}:
+        parallelism = default_parallelism(spark)
+        if parallelism:
+            reader = reader.option("partitions", parallelism)
     if columns is not None:
         reader = reader.option("columns", ",".join(columns))
     if filter is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
@@ -47,7 +48,7 @@ from pyspark.sql.datasource import (
 import alance
 from alance import _loop, sync
 from alance.dataset import api as _async
-from alance.dataset.distributed.read import ReadTask, plan_read, scan_task
+from alance.dataset.distributed.read import ReadTask, plan_read_groups, scan_tasks
 from alance.dataset.distributed.write import UncommittedFragments
 from alance.dataset.query.row_ids import SYSTEM_COLUMNS
 from alance.errors import (
@@ -59,6 +60,7 @@ from alance.errors import (
     UnsupportedFeatureError,
 )
 from alance.filter import compile_filter_and_columns
+from alance.io.plans import set_offloading
 from alance.spark.changes import ChangesReader, change_feed, change_schema
 from alance.spark.filters import Converted, combine, convert_filter
 from alance.spark.options import (
@@ -120,6 +122,9 @@ class AlanceDataSource(DataSource):
 
     #: Whether Spark's filters are pushed into alance unless the ``pushdown`` option says.
     pushdown_default = False
+    #: How many partitions a read aims for unless the ``partitions`` option says (None: one
+    #: per fragment). :func:`alance.spark.register` sets Spark's default parallelism.
+    default_partitions: int | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -215,7 +220,8 @@ class AlanceDataSource(DataSource):
         where = own.get("filter")
         return cls(ds, schema, rows or DEFAULT_ROWS_PER_PARTITION,
                    int_option(own, "batch_size", DEFAULT_BATCH_SIZE),
-                   where=str(where) if where else None)
+                   where=str(where) if where else None,
+                   parallelism=int_option(own, "partitions", self.default_partitions))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Plans the write (reads the latest version) and returns the task-side writer.
@@ -304,11 +310,11 @@ def _merge_schema(uri: str, storage: Mapping[str, Any], arrow: pa.Schema,
 
 
 class FragmentPartition(InputPartition):
-    """One read task: a fragment's physical row range."""
+    """One read task: physical row ranges of fragments, read one after the other."""
 
-    def __init__(self, task: ReadTask) -> None:
-        super().__init__(task)
-        self.task = task
+    def __init__(self, tasks: list[ReadTask]) -> None:
+        super().__init__(tasks)
+        self.tasks = tasks
 
 
 @dataclass
@@ -322,6 +328,8 @@ class AlanceReader(DataSourceReader):
     batch_size: int | None = None
     pushed: list[Filter] = field(default_factory=list)
     where: str | None = None
+    #: Partitions to aim for (fragments packed, large ones cut); None: one per fragment.
+    parallelism: int | None = None
 
     def _filter(self) -> Converted | None:
         arrow = self.dataset.lance_schema.to_arrow()
@@ -333,19 +341,26 @@ class AlanceReader(DataSourceReader):
         return combine(converted)
 
     def partitions(self) -> list[InputPartition]:
-        """One partition per fragment (or per row range of a large fragment)."""
+        """About ``parallelism`` partitions of consecutive fragments (cut into row ranges
+        where a fragment is larger than a partition); one per fragment without it. No
+        partition holds more than ``rows_per_partition`` rows."""
         if self.where:  # a bad filter fails here, on the driver, not in every task
             self._filter()
-        tasks = plan_read(self.dataset.fragment_protos(), self.rows_per_partition)
-        return [FragmentPartition(t) for t in tasks]
+        groups = plan_read_groups(self.dataset.fragment_protos(), self.rows_per_partition,
+                                  self.parallelism)
+        return [FragmentPartition(g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's rows as Arrow batches in exactly the declared Spark schema."""
         if not isinstance(partition, FragmentPartition):
             return  # an empty dataset: Spark reads one placeholder partition
+        if TaskContext.get() is not None:
+            # In a Spark worker (one task per core) decoding on more threads of the worker
+            # adds no parallelism, only hand-offs: keep it on the event loop's thread.
+            set_offloading(False)
         target = spark_arrow_schema(self.schema)
         flt = self._filter()
-        stream = scan_task(self.dataset, partition.task, columns=list(self.schema.names),
+        stream = scan_tasks(self.dataset, partition.tasks, columns=list(self.schema.names),
                            filter=flt.expression if flt else None,
                            filter_columns=flt.columns if flt else (),
                            batch_size=self.batch_size)

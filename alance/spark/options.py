@@ -26,7 +26,7 @@ from alance.errors import InvalidInputError
 #: Options the data source itself understands (lower case, as Spark passes them).
 OWN_OPTIONS = frozenset({
     "path", "version", "versionasof", "timestampasof", "tag", "columns", "filter", "pushdown",
-    "rows_per_partition", "batch_size", "max_rows_per_file", "max_rows_per_group",
+    "rows_per_partition", "partitions", "batch_size", "max_rows_per_file", "max_rows_per_group",
     "commit_handler", "data_storage_version", "changes_from", "changes_to", "include_deleted",
     "save_mode", "mergeschema", "stream_id", "checkpointlocation", "queryname",
 })

@@ -9,6 +9,7 @@ Started from the installed PySpark (``spark-class org.apache.spark.deploy.master
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -43,20 +44,33 @@ def cluster_env() -> dict[str, str]:
 
 
 class LocalCluster:
-    """A standalone master and ``workers`` workers, stopped (by process id) on exit."""
+    """A standalone master and ``workers`` workers, stopped (by process id) on exit.
+
+    ``distinct_hosts``: worker ``i`` (and its executors) listens on ``127.0.0.{i + 2}``
+    instead of 127.0.0.1, so Spark sees one host per worker (it never runs a speculative
+    copy of a task on a host where an attempt of it already runs).
+    """
 
     def __init__(self, workers: int = 1, cores: int = 2, memory: str = "2g",
-                 timeout: float = 90.0) -> None:
+                 timeout: float = 90.0, distinct_hosts: bool = False) -> None:
         self.workers, self.cores, self.memory, self.timeout = workers, cores, memory, timeout
+        self.distinct_hosts = distinct_hosts
         self.dir = Path(tempfile.mkdtemp(prefix="alance-spark-cluster-"))
         self.port = _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def worker_host(self, i: int) -> str:
+        """The address worker ``i`` and its executors listen on."""
+        return f"127.0.0.{i + 2}" if self.distinct_hosts else "127.0.0.1"
+
+    def _start(self, name: str, *args: str, host: str = "127.0.0.1",
+               ) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process
+        env = cluster_env()
+        env["SPARK_LOCAL_IP"] = host
         proc = subprocess.Popen([str(Path(spark_home()) / "bin" / "spark-class"), *args],
-                                stdout=log, stderr=subprocess.STDOUT, env=cluster_env(),
+                                stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -74,17 +88,26 @@ class LocalCluster:
         raise RuntimeError(f"Spark {name} did not start: {path.read_text(errors='replace')}")
 
     def start(self) -> LocalCluster:
-        """Start the master, then the workers; returns once every worker has registered."""
+        """Start the master, then the workers; returns once every worker has registered.
+        Whatever was started is stopped again if starting fails (or is interrupted)."""
+        try:
+            return self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_all(self) -> LocalCluster:
         self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                     "--port", str(self.port), "--webui-port", str(_free_port()))
         self._wait_for("master", "I have been elected leader")
         for i in range(self.workers):
             work = self.dir / f"work{i}"
             work.mkdir()
+            host = self.worker_host(i)
             self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url,
-                        "--host", "127.0.0.1", "--cores", str(self.cores), "--memory",
+                        "--host", host, "--cores", str(self.cores), "--memory",
                         self.memory, "--webui-port", str(_free_port()), "--work-dir",
-                        str(work))
+                        str(work), host=host)
         for i in range(self.workers):
             self._wait_for(f"worker{i}", "Successfully registered with master")
         return self
@@ -110,12 +133,14 @@ class LocalCluster:
         """Stop the workers and the master (SIGTERM to each process group we started)."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.procs:
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
 

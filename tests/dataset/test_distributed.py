@@ -14,7 +14,13 @@ import pyarrow.compute as pc
 import pytest
 
 import alance
-from alance.dataset.distributed.read import ReadTask, plan_read, scan_task
+from alance.dataset.distributed.read import (
+    ReadTask,
+    plan_read,
+    plan_read_groups,
+    scan_task,
+    scan_tasks,
+)
 from alance.dataset.distributed.write import UncommittedFragments, plan_write
 from alance.errors import (
     AlreadyExistsError,
@@ -192,6 +198,27 @@ def test_plan_read_splits_large_fragments() -> None:
         plan_read(frags, 0)
 
 
+def test_plan_read_groups_packs_small_fragments_for_the_parallelism() -> None:
+    from alance._proto import table_pb2
+
+    frags = [table_pb2.DataFragment(id=i, physical_rows=n) for i, n in
+             enumerate([250, 250, 250, 250])]
+    assert plan_read_groups(frags, 1000) == [[ReadTask(i, 0, 250)] for i in range(4)]
+    assert plan_read_groups(frags, 1000, 2) == [[ReadTask(0, 0, 250), ReadTask(1, 0, 250)],
+                                                [ReadTask(2, 0, 250), ReadTask(3, 0, 250)]]
+    # rows_per_task still caps a group; a large fragment is cut for the parallelism
+    assert plan_read_groups(frags, 300, 1) == [[ReadTask(i, 0, 250)] for i in range(4)]
+    assert plan_read_groups(frags, 500, 1) == [[ReadTask(0, 0, 250), ReadTask(1, 0, 250)],
+                                               [ReadTask(2, 0, 250), ReadTask(3, 0, 250)]]
+    big = [table_pb2.DataFragment(id=0, physical_rows=900),
+           table_pb2.DataFragment(id=1, physical_rows=100)]
+    assert plan_read_groups(big, 10_000, 2) == [[ReadTask(0, 0, 450)],
+                                                [ReadTask(0, 450, 900), ReadTask(1, 0, 100)]]
+    groups = plan_read_groups(frags + big[1:], 10_000, 3)
+    assert [t for g in groups for t in g] == plan_read(frags + big[1:], 10_000)
+    assert len(groups) == 3
+
+
 async def test_range_scans_cover_the_dataset_once(local_uri: str) -> None:
     # legacy files: deletes on 2.x datasets are not supported yet
     await alance.write_dataset(rows(0, 5000), local_uri, max_rows_per_file=2000,
@@ -211,6 +238,15 @@ async def test_range_scans_cover_the_dataset_once(local_uri: str) -> None:
     assert got == [i for i in range(5000) if i % 7 and i * 2 > 1000]
     with pytest.raises(InvalidInputError):
         scan_task(ds, ReadTask(99, 0, 1))
+    # the same tasks packed into groups, each group one scan, in the order of its tasks
+    groups = plan_read_groups(ds.fragment_protos(), 10_000, 3)
+    assert len(groups) == 3 and sum(len(g) for g in groups) == 5
+    ordered = []
+    for group in groups:
+        async for batch in scan_tasks(ds, group, columns=["id"], filter=flt,
+                                      filter_columns=["v", "s"], batch_size=100):
+            ordered += batch["id"].to_pylist()
+    assert ordered == [i for i in range(5000) if i % 7 and i * 2 > 1000]
 
 
 def staging(uri: str) -> list[str]:
@@ -524,3 +560,35 @@ async def test_distributed_write_keeps_blob_sidecars(tmp_path) -> None:
     assert theirs.count_rows() == 4
     got = theirs.take_blobs("b", indices=[0, 1, 2, 3])
     assert [b.readall() for b in got] == [b"small", big, b"small", big]
+
+
+async def test_scans_are_the_same_with_decoding_kept_on_the_event_loop(local_uri: str) -> None:
+    from alance.io.plans import offloading, set_offloading
+
+    n = 200_000
+    table = pa.table({"id": pa.array(range(n), pa.int64()),
+                      "s": pa.array([f"v{i % 50}" for i in range(n)]),
+                      "v": pa.array([i * 2 for i in range(n)], pa.int64())})
+    await alance.write_dataset(table, local_uri, max_rows_per_file=80_000)
+    ds = await alance.open_dataset(local_uri)
+    groups = plan_read_groups(ds.fragment_protos(), 1 << 20, 2)
+
+    async def scan(**kw: object) -> pa.Table:
+        parts = []
+        for group in groups:
+            async for batch in scan_tasks(ds, group, **kw):  # type: ignore[arg-type]
+                parts.append(batch)
+        return pa.Table.from_batches(parts)
+
+    assert offloading()
+    full, filtered = await scan(), await scan(columns=["id", "s"], filter=pc.field("v") > 1000,
+                                              filter_columns=["v"])
+    set_offloading(False)
+    try:
+        assert not offloading()
+        assert (await scan()).equals(full) and full.num_rows == n
+        assert (await scan(columns=["id", "s"], filter=pc.field("v") > 1000,
+                           filter_columns=["v"])).equals(filtered)
+    finally:
+        set_offloading(True)
+    assert filtered.num_rows == n - 501

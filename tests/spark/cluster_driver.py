@@ -1,6 +1,7 @@
 """A Spark driver for tests/test_spark_cluster.py, run as its own process against a standalone
-cluster: ``python cluster_driver.py MASTER SCENARIO URI MARKER_DIR``. Prints one JSON
-line ``RESULT {...}``."""
+cluster: ``python cluster_driver.py MASTER SCENARIO URI MARKER_DIR [OPTIONS_JSON]``
+(``OPTIONS_JSON``: storage options for the data source). Prints one JSON line
+``RESULT {...}``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 import alance.spark
@@ -26,6 +28,27 @@ def slow_rows(marker_dir: str):
     return fn
 
 
+def straggler(marker_dir: str, timeout: float = 600.0):
+    """A mapInArrow function: every attempt marks ``attempt-{partition}-{attempt}``; the first
+    attempt of partition 0 passes one batch on, then holds back until a second attempt of
+    partition 0 has passed all its batches (or ``timeout``), so Spark speculates."""
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        part, attempt = ctx.partitionId(), ctx.attemptNumber()
+        Path(marker_dir, f"attempt-{part}-{attempt}").touch()
+        copy_done = Path(marker_dir, "copy-done")
+        for i, batch in enumerate(batches):
+            if part == 0 and attempt == 0 and i == 1:
+                deadline = time.monotonic() + timeout
+                while not copy_done.exists() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            yield batch
+        if part == 0 and attempt > 0:
+            copy_done.touch()
+    return fn
+
+
 def fail_on(value: int):
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -37,11 +60,21 @@ def fail_on(value: int):
 
 def main() -> None:
     master, scenario, uri, marker_dir = sys.argv[1:5]
-    spark = (SparkSession.builder.master(master).appName(f"alance-cluster-{scenario}")
-             .config("spark.ui.enabled", "false").config("spark.executor.memory", "1g")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
-             .config("spark.task.maxFailures", "4").getOrCreate())
+    opts: dict[str, str] = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    builder = (SparkSession.builder.master(master).appName(f"alance-cluster-{scenario}")
+               .config("spark.ui.enabled", "false").config("spark.executor.memory", "1g")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
+               .config("spark.task.maxFailures", "4"))
+    if scenario == "speculate":
+        # copy a task as soon as half the tasks are done and it runs a little longer
+        builder = (builder.config("spark.speculation", "true")
+                   .config("spark.speculation.interval", "100ms")
+                   .config("spark.speculation.quantile", "0.5")
+                   .config("spark.speculation.multiplier", "1.1")
+                   .config("spark.speculation.minTaskRuntime", "500ms"))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     alance.spark.register(spark, pushdown=False)
     result: dict[str, object] = {}
@@ -60,6 +93,23 @@ def main() -> None:
             df.write.format("alance").mode("append").option("max_rows_per_file", 5000) \
                 .save(uri)
             result["done"] = True
+        elif scenario == "speculate":
+            df = spark.range(0, 80_000, numPartitions=4).mapInArrow(straggler(marker_dir),
+                                                                   "id long")
+            df.write.format("alance").mode("append").option("max_rows_per_file", 1000) \
+                .save(uri)
+            result["done"] = True
+        elif scenario == "s3":
+            df = spark.range(0, 60_000, numPartitions=4).selectExpr(
+                "id", "id % 13 AS k", "concat('s3-', id) AS name",
+                "CAST(id AS DOUBLE) / 8 AS x")
+            df.write.format("alance").mode("append").options(**opts).save(uri)
+            back = spark.read.format("alance").options(**opts).load(uri)
+            result["count"] = back.count()
+            result["missing"] = df.exceptAll(back).count()
+            result["extra"] = back.exceptAll(df).count()
+            result["filtered"] = alance.spark.read(spark, uri, columns=["id", "name"],
+                                                   filter="k = 5", **opts).count()
         elif scenario == "fail":
             df = spark.range(0, 40_000, numPartitions=4).mapInArrow(fail_on(35_000), "id long")
             try:

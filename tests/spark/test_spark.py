@@ -199,7 +199,10 @@ def test_projection_and_filter_read(spark, wide: str) -> None:
     expected = [(int(i), int(i % 1000)) for i in ids
                 if i % 4 == 2 and i % 1000 >= 990 and i < 40_000]
     plain = spark.read.format("alance").load(wide)
-    assert plain.rdd.getNumPartitions() == 5
+    # 5 fragments packed into Spark's default parallelism (local[2]), or as asked
+    assert plain.rdd.getNumPartitions() == 2
+    five = spark.read.format("alance").option("partitions", 5).load(wide)
+    assert five.rdd.getNumPartitions() == 5 and five.count() == 50_000
     q = plain.where("kind = 'buy' AND amount >= 990 AND id < 40000").select("id", "amount")
     assert sorted(tuple(r) for r in q.collect()) == expected
     # push-down on: the filters Spark hands over are evaluated by alance
@@ -603,6 +606,21 @@ def test_nulls_round_trip(spark, tmp_path: Path) -> None:
     assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == expected
     assert al.open_dataset(uri).to_table().sort_by("id").to_pylist() == expected
     assert rows(spark.read.format("alance").load(uri)) == expected
+
+
+def test_registered_class_carries_the_default_partitions_by_value() -> None:
+    from pyspark import cloudpickle
+
+    from alance.spark import AlanceDataSource, AlanceDataSourcePushdown, source_class
+
+    assert source_class(True, None) is AlanceDataSourcePushdown
+    assert source_class(False, 0) is AlanceDataSource
+    cls = source_class(False, 3)
+    # Spark's Python workers get the class by value: the default travels with it
+    back = cloudpickle.loads(cloudpickle.dumps(cls))
+    assert back.default_partitions == 3 and back.name() == "alance"
+    assert issubclass(back, AlanceDataSource) and not back.pushdown_default
+    assert source_class(True, 5).pushdown_default is True
 
 
 def test_register_probe_keeps_spark_pushdown_off_where_it_is_unsound(spark) -> None:

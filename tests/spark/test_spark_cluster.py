@@ -1,9 +1,15 @@
 """alance on a real Spark standalone cluster: a master and a worker started from the installed
 PySpark (``alance.spark.standalone``), executors on this Python, drivers in their own
-processes. Write/read, an executor SIGKILLed mid-write, a failed job."""
+processes. Write/read, an executor SIGKILLed mid-write, a failed job, speculative task
+attempts, and a write and read through S3 (a moto server) from the executors.
+
+No test depends on how fast the machine is: waits are for events (marker files, processes),
+with generous limits. Clusters are stopped and driver processes killed even when a test
+fails."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,10 +26,13 @@ import pytest
 
 import alance.sync as al
 from alance.spark.standalone import LocalCluster, cluster_env
+from tests.s3_servers import S3Target
 
 pytestmark = pytest.mark.slow
 
 DRIVER = str(Path(__file__).with_name("cluster_driver.py"))
+#: Driver processes of the running test (killed at its end if still running).
+_DRIVERS: list[subprocess.Popen[str]] = []
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +41,31 @@ def cluster() -> Iterator[LocalCluster]:
         yield c
 
 
+@pytest.fixture(autouse=True)
+def _kill_leftover_drivers() -> Iterator[None]:
+    """A driver still running when its test ends (a failed assertion, a timeout) is killed
+    with everything it started (its JVM), so it cannot hold the cluster's cores."""
+    yield
+    while _DRIVERS:
+        proc = _DRIVERS.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
 def _driver(cluster: LocalCluster, scenario: str, uri: str, markers: Path,
-            ) -> subprocess.Popen[str]:
+            options: dict[str, str] | None = None) -> subprocess.Popen[str]:
     env = cluster_env()
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2]),
                                          env.get("PYTHONPATH", "")])
-    return subprocess.Popen([sys.executable, DRIVER, cluster.url, scenario, uri, str(markers)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    args = [sys.executable, DRIVER, cluster.url, scenario, uri, str(markers)]
+    if options is not None:
+        args.append(json.dumps(options))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    _DRIVERS.append(proc)
+    return proc
 
 
 def _result(proc: subprocess.Popen[str], timeout: float = 300) -> dict:
@@ -100,3 +127,56 @@ def test_cluster_failed_job_leaves_dataset_unchanged(cluster: LocalCluster,
     while _files(uri) != before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _files(uri) == before
+
+
+def test_cluster_speculative_attempts_write_each_row_once(tmp_path: Path) -> None:
+    # Two workers on two loopback addresses: Spark never runs a speculative copy of a task
+    # on a host where an attempt of it already runs. Partition 0's first attempt writes a
+    # file, then waits until a speculative copy has passed all its rows; whichever attempt
+    # Spark lets commit, the other's files must not reach the table.
+    uri = str(tmp_path / "s.lance")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with LocalCluster(workers=2, cores=1, memory="1g", distinct_hosts=True) as cluster:
+        got = _result(_driver(cluster, "speculate", uri, markers), timeout=900)
+    assert got["done"] is True
+    assert (markers / "attempt-0-1").exists(), sorted(p.name for p in markers.iterdir())
+    ds = al.open_dataset(uri)
+    assert ds.version == 1  # one commit
+    ids = ds.to_table(columns=["id"])["id"].to_numpy()
+    assert len(ids) == 80_000 and np.array_equal(np.sort(ids), np.arange(80_000))
+    assert lance.dataset(uri).count_rows() == 80_000
+    referenced = {f"data/{f.path}" for frag in ds.fragment_protos() for f in frag.files}
+    assert referenced <= _files(uri)
+
+    # The losing attempt's files are deleted (by the commit, or by the attempt once it sees
+    # the job committed); a worker killed between finishing a file and that check may leave
+    # one behind.
+    def stray() -> set[str]:
+        return {f for f in _files(uri) if f.startswith("data/")} - referenced
+
+    deadline = time.monotonic() + 60  # an attempt Spark is still stopping
+    while len(stray()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(stray()) <= 1, sorted(stray())
+
+
+def test_cluster_s3_write_and_read_from_executors(cluster: LocalCluster, moto_target: S3Target,
+                                                  tmp_path: Path) -> None:
+    # The executors reach moto (127.0.0.1) with the endpoint and credentials given as
+    # options of the read and the write.
+    uri = moto_target.uri("cluster/events.lance")
+    opts = moto_target.storage_options
+    ids = np.arange(60_000)
+    got = _result(_driver(cluster, "s3", uri, tmp_path, opts))
+    assert got == {"count": 60_000, "missing": 0, "extra": 0,
+                   "filtered": int((ids % 13 == 5).sum())}
+    expected = pa.table({"id": ids, "k": ids % 13,
+                         "name": pa.array([f"s3-{i}" for i in ids.tolist()]), "x": ids / 8})
+    ds = al.open_dataset(uri, storage_options=opts)
+    assert ds.version == 1 and len(ds.get_fragments()) == 4
+    for table in (ds.to_table().sort_by("id"),
+                  lance.dataset(uri, storage_options=opts).to_table().sort_by("id")):
+        assert table.column_names == expected.column_names
+        for name in expected.column_names:
+            assert table[name].combine_chunks().equals(expected[name].combine_chunks()), name

@@ -48,7 +48,7 @@ from alance.dataset.query.take_pages import read_fragment_rows
 from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
 from alance.format.schema import LanceField, as_schema, with_extension_type
-from alance.io.plans import decode_pool
+from alance.io.plans import decode_pool, offloading
 
 __all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "row_addresses"]
 DEFAULT_BATCH_SIZE = 8192
@@ -396,7 +396,7 @@ class Scanner:
                                               schema=head.schema.append(
                                                   pa.field(_POSITION, pa.int64())))
         try:
-            if head.num_rows >= _OFFLOAD_FILTER_ROWS:  # a big chunk: off the event loop
+            if head.num_rows >= _OFFLOAD_FILTER_ROWS and offloading():  # off the event loop
                 selected = await asyncio.get_running_loop().run_in_executor(
                     decode_pool(), _filter_batch, head, self.filter)
             else:

@@ -34,7 +34,7 @@ from alance.format.v2 import miniblock, page_take, v20_rows
 from alance.format.v2.blocks import concat_blocks, to_arrow
 from alance.format.v2.container import V2File
 from alance.format.v2.v20 import check_fits
-from alance.io.plans import decode_pool
+from alance.io.plans import decode_pool, offloading
 
 #: The kind of 2.0 pages this path reads (:func:`alance.format.v2.v20_rows.supported`).
 _V20: page_take.Kind = ("2.0 by row",)
@@ -144,7 +144,7 @@ async def _take_miniblock(plans: dict[int, list[_Page]], by_id: dict[int, LanceF
     data = await _fetch({fid: (plans[fid], located[fid]) for fid in plans})
     jobs = [(located[fid], data[fid], by_id[fid].data_type) for fid in located]
     n_bytes = sum(len(d) for d in data.values())
-    if n_rows > INLINE_TAKE_ROWS or n_bytes >= TAKE_OFFLOAD_BYTES:
+    if (n_rows > INLINE_TAKE_ROWS or n_bytes >= TAKE_OFFLOAD_BYTES) and offloading():
         loop = asyncio.get_running_loop()
         arrays = await loop.run_in_executor(decode_pool(), _decode_all, jobs)
     else:
@@ -215,7 +215,7 @@ async def _drive(plans: list[tuple[DataFileReader, Generator[Any, Any, Any]]],
             pending.clear()
             batch = [(i, got[path][first: first + count])
                      for i, (path, first, count) in zip(order, at, strict=True)]
-            if offload:
+            if offload and offloading():
                 await loop.run_in_executor(decode_pool(), resume, batch)
             else:
                 resume(batch)

@@ -348,6 +348,25 @@ def _dictionary_array(block: DictValues, dtype: pa.DictionaryType,
                                           safe=False)
 
 
+def _looked_up(block: DictValues, storage: pa.DataType, valid: np.ndarray | None,
+               ) -> pa.Array | None:
+    """Variable-width dictionary values looked up by Arrow's ``take`` (one gather in C++;
+    the dictionary's strings are checked once, not every value taken from it). None when the
+    dictionary is not variable-width, or the values taken overflow 32-bit offsets."""
+    items = plain(block.dictionary)
+    if not isinstance(items, Variable):
+        return None
+    dictionary = to_arrow(items, storage, None)
+    idx = np.ascontiguousarray(block.indices)
+    vbuf, nulls = _validity_buffer(valid)
+    indices = pa.Array.from_buffers(pa.from_numpy_dtype(idx.dtype), len(idx),
+                                    [vbuf, pa.py_buffer(idx)], null_count=nulls)
+    try:
+        return dictionary.take(indices)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return None
+
+
 def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
     """An Arrow array of ``dtype`` from decoded values and an optional validity mask.
 
@@ -364,11 +383,17 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
                 return arr
         values = to_arrow(block, dtype.value_type, valid)
         return values.dictionary_encode().cast(dtype)
-    block = plain(block)
-    vbuf, nulls = _validity_buffer(valid)
     if pa.types.is_null(dtype):
         return pa.nulls(n)
     storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+    if isinstance(block, DictValues) and (
+            pa.types.is_string(storage) or pa.types.is_binary(storage)
+            or pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)):
+        taken = _looked_up(block, storage, valid)
+        if taken is not None:
+            return taken if storage is dtype else pa.ExtensionArray.from_storage(dtype, taken)
+    block = plain(block)
+    vbuf, nulls = _validity_buffer(valid)
     if isinstance(block, Variable):
         if not (pa.types.is_string(storage) or pa.types.is_binary(storage)
                 or pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)):
