@@ -363,8 +363,8 @@ def _looked_up(block: DictValues, storage: pa.DataType, valid: np.ndarray | None
                                     [vbuf, pa.py_buffer(idx)], null_count=nulls)
     try:
         return dictionary.take(indices)
-    except (pa.ArrowInvalid, pa.ArrowCapacityError):
-        return None
+    except (pa.ArrowInvalid, pa.ArrowCapacityError, pa.ArrowIndexError):
+        return None  # the plain path decodes it, or says what is wrong with the page
 
 
 def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.Array:
