@@ -238,7 +238,7 @@ def _leaf(file: V2File, column: int, dtype: pa.DataType, rows: Rows20) -> Plan[p
     for _, page in pages:
         lo, hi = page.first_row, page.first_row + page.num_rows
         if rows.wanted is None:
-            local = np.arange(max(rows.lo, lo), min(rows.hi, hi), dtype=np.int64) - lo
+            local = np.arange(max(rows.lo, lo) - lo, min(rows.hi, hi) - lo, dtype=np.int64)
         else:
             a, b = np.searchsorted(rows.wanted, [lo, hi])
             local = rows.wanted[a:b].astype(np.int64) - lo
