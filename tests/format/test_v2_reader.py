@@ -23,7 +23,13 @@ from alance.errors import AlanceError, CorruptFileError, UnsupportedFeatureError
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.schema import LanceSchema
 from alance.format.v2.container import open_file, parse_footer
-from alance.format.v2.kernels import decompress, fastlanes_at, fsst_decode, unpack_fastlanes
+from alance.format.v2.kernels import (
+    decompress,
+    fastlanes_at,
+    fastlanes_at_widths,
+    fsst_decode,
+    unpack_fastlanes,
+)
 from alance.format.v2.reader import V2FileReader
 
 
@@ -331,6 +337,23 @@ def test_fastlanes_single_values_match_block_unpacking(t: int, w: int) -> None:
     starts = block * (w * 1024 // t) * (t // 8)
     got = fastlanes_at(words.reshape(-1).view(np.uint8), starts, pos, t, w)
     assert np.array_equal(got, full[block, pos])
+
+
+@pytest.mark.parametrize("t", [8, 16, 32, 64])
+def test_fastlanes_values_of_blocks_of_mixed_widths_match_block_unpacking(t: int) -> None:
+    """One pass over values whose blocks have different widths (0 and t included) gives what
+    unpacking each whole block gives."""
+    rng = np.random.default_rng(t)
+    widths = np.array([0, 1, t // 2, t - 1, t, 3 % (t + 1)])
+    blocks = [rng.integers(0, 2**63, w * 1024 // t, dtype=np.uint64).astype(f"<u{t // 8}")
+              for w in widths]
+    data = np.concatenate([b.view(np.uint8) for b in blocks] + [np.zeros(16, np.uint8)])
+    starts = np.concatenate(([0], np.cumsum([b.nbytes for b in blocks])[:-1]))
+    block, pos = rng.integers(0, len(widths), 500), rng.integers(0, 1024, 500)
+    got = fastlanes_at_widths(data, starts[block], pos, t, widths[block])
+    want = [unpack_fastlanes(blocks[b].reshape(1, -1), t, int(widths[b]))[0][p]
+            for b, p in zip(block.tolist(), pos.tolist(), strict=True)]
+    assert np.array_equal(got, np.array(want, dtype=f"<u{t // 8}"))
 
 
 def test_fsst_decode_escapes() -> None:

@@ -196,6 +196,40 @@ def fastlanes_at(data: np.ndarray, block_start: np.ndarray, pos: np.ndarray, t: 
     return out
 
 
+def fastlanes_at_widths(data: np.ndarray, block_start: np.ndarray, pos: np.ndarray, t: int,
+                        widths: np.ndarray) -> np.ndarray:
+    """:func:`fastlanes_at` where each value's block has its own width ``widths[i]`` (0..t):
+    one vectorised pass instead of one per width (a take of a few rows from chunks packed
+    at different widths)."""
+    dtype = UINT[t]
+    out = np.zeros(len(pos), dtype=dtype)
+    live = np.flatnonzero(widths > 0)  # width 0: every value is 0 and the block holds no words
+    if not len(live):
+        return out
+    w = widths[live].astype(np.int64)
+    p = pos[live]
+    inverse = _fastlanes_plan(t, 1)[3]  # the order of row groups does not depend on width
+    lanes = BLOCK // t
+    groups = t // 8
+    wb = t // 8
+    q = p // lanes
+    row = inverse[q % groups] * 8 + q // groups
+    bit = row * w
+    sh = bit % t
+    addr = block_start[live] + ((bit // t) * lanes + p % lanes) * wb
+    vals = _words_at(data, addr, wb, dtype) >> sh.astype(dtype)
+    spill = np.flatnonzero(sh + w > t)
+    if len(spill):
+        hi = _words_at(data, addr[spill] + lanes * wb, wb, dtype)
+        vals[spill] |= hi << (t - sh[spill]).astype(dtype)
+    narrow = w < t
+    if narrow.any():
+        one = np.ones(int(narrow.sum()), dtype=dtype)
+        vals[narrow] &= (one << w[narrow].astype(dtype)) - one
+    out[live] = vals
+    return out
+
+
 def _words_at(data: np.ndarray, addr: np.ndarray, wb: int, dtype: type) -> np.ndarray:
     raw = data[addr[:, None] + np.arange(wb)]
     return np.ascontiguousarray(raw).view(f"<u{wb}").reshape(-1).astype(dtype, copy=False)

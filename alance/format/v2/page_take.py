@@ -27,7 +27,14 @@ import pyarrow as pa
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError
 from alance.format.v2.blocks import Fixed, Variable, to_arrow
-from alance.format.v2.kernels import BLOCK, UINT, fastlanes_at, fsst_decode_many, gather_ranges
+from alance.format.v2.kernels import (
+    BLOCK,
+    UINT,
+    fastlanes_at,
+    fastlanes_at_widths,
+    fsst_decode_many,
+    gather_ranges,
+)
 from alance.format.v2.levels import plan_levels
 from alance.format.v2.miniblock import ALIGN, MiniBlockState
 
@@ -224,11 +231,7 @@ def _bitpacked(data: np.ndarray, vstart: np.ndarray, vsize: np.ndarray, counts: 
     block = vstart[row_chunk] + wb
     if (row_width == row_width[0]).all():
         return Fixed(fastlanes_at(data, block, item, t, int(row_width[0])), t)
-    out = np.empty(len(item), dtype=UINT[t])
-    for w in np.unique(row_width).tolist():
-        sel = np.flatnonzero(row_width == w)
-        out[sel] = fastlanes_at(data, block[sel], item[sel], t, int(w))
-    return Fixed(out, t)
+    return Fixed(fastlanes_at_widths(data, block, item, t, row_width), t)
 
 
 def _tables(layouts: Sequence[pb.MiniBlockLayout]) -> tuple[list[bytes], np.ndarray]:
