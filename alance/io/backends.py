@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import datetime as dt
 import errno
+import functools
 import os
 import re
 import stat
@@ -509,21 +510,6 @@ def _temp_name(path: str) -> str:
     return f"{path}.#{uuid.uuid4().hex}"
 
 
-def _write_new(path: str, data: bytes, create: bool) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = _temp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    try:
-        if create:
-            os.link(tmp, path)  # atomic: fails if the target exists
-        else:
-            os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 #: Most bytes an object written to a local file system may have to be written on the event
 #: loop (new file, write, rename or link: tens of microseconds, where a round trip through a
 #: worker thread costs hundreds); larger objects go through obstore's threads.
@@ -787,7 +773,8 @@ class PosixBackend:
         return await self._call(prefix, _walk, root, prefix)  # type: ignore[no-any-return]
 
     async def put(self, key: str, data: bytes, *, create: bool) -> None:
-        await self._call(key, _write_new, self._path(key), data, create)
+        await self._call(key, functools.partial(write_local, create=create), self._path(key),
+                         data)
 
     async def rewrite(self, key: str, data: bytes) -> bool:
         """Overwrite a small file in place (see :func:`rewrite_local`)."""
