@@ -7,8 +7,9 @@ with foreign exceptions; each now reads as pylance does or raises a typed alance
 * a data file whose manifest entry lists another file version than its footer, or a
   ``file_size_bytes`` beyond any file;
 * a column that holds nulls although the schema says it is not nullable (pylance refuses it);
-* a 2.0 page whose encoding cannot hold the schema's type (bytes of the right size would read
-  as values of another type).
+* a 2.0 page whose encoding cannot hold the schema's type;
+* a column the manifest types otherwise than the data file's own schema does (bytes of the
+  right size would read as values of another type).
 """
 
 from __future__ import annotations
@@ -155,19 +156,36 @@ async def test_nulls_in_a_column_declared_not_nullable(local_uri: str, fmt: str)
     assert (await ds.take([1])).column("x").to_pylist() == [1.0]  # a row without a null
 
 
-async def test_2_0_pages_must_fit_the_schema_type(local_uri: str) -> None:
-    await make(local_uri, "2.0")
-    for name, kind in (("x", "flat"), ("s", "binary")):
-        rewrite(local_uri, _field_type(name, "fixed_size_list:int32:2"))
-        with pytest.raises(CorruptFileError, match=f"'{kind}' page cannot hold"):
-            await (await alance.open_dataset(local_uri)).to_table(columns=[name])
-        rewrite(local_uri, _field_type(name, "double" if name == "x" else "string"))
-    rewrite(local_uri, _field_type("x", "int64"))  # same width: pylance reads the bits too
-    got = await (await alance.open_dataset(local_uri)).to_table()
-    assert got.equals(lance.dataset(local_uri).to_table())
-
-
 def _field_type(name: str, logical_type: str) -> Callable[[table_pb2.Manifest], None]:
     def change(m: table_pb2.Manifest) -> None:
         next(f for f in m.fields if f.name == name).logical_type = logical_type
     return change
+
+
+# Types the soak fuzzer found read as other values: the manifest retypes a column to a type
+# whose values fit the stored bytes (same width, or a layout the decoder accepts).
+RETYPED = [("legacy", "alance", "id", "decimal:128:5:0"), ("legacy", "alance", "x", "int32"),
+           ("2.0", "pylance", "x", "int64"), ("2.0", "pylance", "x", "fixed_size_list:int32:2"),
+           ("2.0", "pylance", "s", "fixed_size_list:int32:2"),
+           ("2.0", "pylance", "s", "dict:string:int32:false"),
+           ("2.1", "pylance", "x", "fixed_size_list:int32:2"), ("2.1", "alance", "id", "double"),
+           ("2.1", "alance", "s", "dict:string:int32:false")]
+
+
+@pytest.mark.parametrize(("fmt", "writer", "name", "logical_type"), RETYPED)
+async def test_a_column_retyped_in_the_manifest_is_refused(
+        local_uri: str, fmt: str, writer: str, name: str, logical_type: str) -> None:
+    """Data files record their schema by field id: a manifest that types a column otherwise
+    is damaged, whatever the decoder could make of the bytes (pylance reads the bits of a
+    same-width type; alance refuses rather than return other values)."""
+    await make(local_uri, fmt, writer)
+    rewrite(local_uri, _field_type(name, logical_type))
+    ds = await alance.open_dataset(local_uri)
+    stored = "double" if name == "x" else "string" if name == "s" else "int64"
+    pattern = (f"field '{name}' \\(id \\d+\\) is '{logical_type}' in the manifest but "
+               f"'{stored}' in the data file")
+    for read in (lambda: ds.to_table(), lambda: ds.take([0]),
+                 lambda: ds.to_table(columns=[name]),
+                 lambda: ds.to_table(columns=["id"], filter=f"{name} IS NOT NULL")):
+        with pytest.raises(CorruptFileError, match=pattern):
+            await read()

@@ -535,6 +535,26 @@ class LanceSchema:
             raise SchemaMismatchError("schema does not match the dataset: " + "; ".join(problems))
 
 
+def retyped_fields(stored: LanceSchema, expected: LanceSchema,
+                   ) -> list[tuple[LanceField, LanceField]]:
+    """The fields of ``expected`` (a dataset's schema) whose type is not the one ``stored`` (a
+    data file's own schema) gives the field of the same id, as ``(expected, stored)`` pairs.
+
+    Data files record the schema they were written with, by the dataset's field ids; a
+    manifest that types a field otherwise (damage: a changed type of the same byte width would
+    reinterpret the values) disagrees with the file. Names and nullability may differ (renames
+    and nullability changes touch only the manifest), types may not: a changed type gets a new
+    field id and new data files.
+    """
+    by_id = {f.id: f for f in stored.walk()}
+    out = []
+    for want in expected.walk():
+        found = by_id.get(want.id)
+        if found is not None and found.logical_type != want.logical_type:
+            out.append((want, found))
+    return out
+
+
 def _differences(expected: list[pa.Field], actual: list[pa.Field], prefix: str) -> list[str]:
     out: list[str] = []
     exp_names = [f.name for f in expected]

@@ -202,6 +202,11 @@ class DataFileReader:
         return len(self._reader.file.tail) + 64 * self._reader.file.num_batches
 
     @property
+    def stored_schema(self) -> LanceSchema | None:
+        """The schema the file records it was written with (dataset field ids), if any."""
+        return self._reader.file.schema
+
+    @property
     def v2_file(self) -> V2File | None:
         """The opened 2.x file (``None`` for v0.1/v0.2 files)."""
         return self._reader.file if isinstance(self._reader, V2FileReader) else None

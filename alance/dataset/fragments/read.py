@@ -27,7 +27,7 @@ from alance.format.deletion import decode_deletion_file, deletion_file_kind, del
 from alance.format.legacy.decode import read_dictionary_values
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.manifest import DATA_DIR
-from alance.format.schema import LanceField, LanceSchema
+from alance.format.schema import LanceField, LanceSchema, retyped_fields
 from alance.format.v2.blob import descriptor_schema
 from alance.io.store import DatasetStore
 
@@ -156,6 +156,7 @@ class ReadContext:
                 ids = [i for i in data_file.fields if i != TOMBSTONE_FIELD_ID]
                 reader = await DataFileReader.open(store, path, schema, size,
                                                    self.dictionaries, field_ids=ids)
+            check_file_types(reader, schema)
             self._keep(key, reader)
         return reader
 
@@ -256,6 +257,21 @@ def check_file_version(reader: DataFileReader, listed: tuple[int, int]) -> None:
     if found is not None and found != listed:
         raise CorruptFileError(f"{reader.path}: is a {found[0]}.{found[1]} file, but the "
                                f"manifest lists it as {listed[0]}.{listed[1]}")
+
+
+def check_file_types(reader: DataFileReader, schema: LanceSchema) -> None:
+    """Every field the manifest types must have that type in the data file's own schema
+    (pylance refuses the file otherwise; reading the bytes as another type of the same width
+    would silently return other values)."""
+    stored = reader.stored_schema
+    if stored is None:
+        return
+    retyped = retyped_fields(stored, schema)
+    if retyped:
+        field, found = retyped[0]
+        raise CorruptFileError(f"{reader.path}: field {field.name!r} (id {field.id}) is "
+                               f"{field.logical_type!r} in the manifest but "
+                               f"{found.logical_type!r} in the data file")
 
 
 def live_rows(fragment: table_pb2.DataFragment) -> int:

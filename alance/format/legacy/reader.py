@@ -139,6 +139,14 @@ def _open_file(file_size: int, field_ids: Sequence[int] | None, tail_size: int,
         field_ids = schema.field_ids()
         if not field_ids:
             raise CorruptFileError("embedded manifest has no fields")
+    elif 0 < meta.manifest_position < meta_pos:
+        # The file's own schema, to check the dataset's types against (a damaged embedded
+        # manifest is not needed to read the file: then there is nothing to check against).
+        block = yield from _read_bytes(meta.manifest_position, meta_pos, tail, tail_start)
+        try:
+            schema = _parse_manifest_schema(block)
+        except CorruptFileError:
+            schema = None
     if not field_ids:
         raise InvalidInputError("a data file holds at least one field")
     lo, hi = min(field_ids), max(field_ids)
