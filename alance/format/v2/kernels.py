@@ -152,19 +152,31 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
         raise CorruptFileError("bit-packed block has the wrong size")
     packed = np.asarray(words, dtype=dtype).reshape(k, w, lanes)
     w_lo, s_lo, w_hi, up, spills = _fastlanes_rows(t, w)
-    vals = np.take(packed, w_lo, axis=1)  # (k, t, lanes): rows already in output order
-    if w == t:
-        return vals.reshape(k, BLOCK)
-    vals >>= s_lo
-    if spills:
-        # Bits continuing in the next word; rows that do not spill shift them out entirely
-        # (two shifts, since shifting a t-bit word by t is undefined).
-        hi = np.take(packed, w_hi, axis=1)
-        hi <<= up
-        hi <<= dtype(1)
-        vals |= hi
-    vals &= dtype((1 << w) - 1)
-    return vals.reshape(k, BLOCK)
+    out = np.empty((k, t, lanes), dtype=dtype)  # rows already in output order
+    mask = dtype((1 << w) - 1) if w < t else None
+    # A few blocks at a time: each pass below then works in the CPU cache (2-3x faster than
+    # passes over a whole page of 64-bit values).
+    step = max(1, UNPACK_TILE_BYTES // (BLOCK * t // 8))
+    for i in range(0, k, step):
+        vals = out[i: i + step]
+        part = packed[i: i + step]
+        np.take(part, w_lo, axis=1, out=vals)
+        if mask is None:
+            continue
+        vals >>= s_lo
+        if spills:
+            # Bits continuing in the next word; rows that do not spill shift them out
+            # entirely (two shifts, since shifting a t-bit word by t is undefined).
+            hi = np.take(part, w_hi, axis=1)
+            hi <<= up
+            hi <<= dtype(1)
+            vals |= hi
+        vals &= mask
+    return out.reshape(k, BLOCK)
+
+
+#: Bytes of values :func:`unpack_fastlanes` unpacks per pass (blocks of 1,024 values).
+UNPACK_TILE_BYTES = 512 * 1024
 
 
 def fastlanes_at(data: np.ndarray, block_start: np.ndarray, pos: np.ndarray, t: int,
