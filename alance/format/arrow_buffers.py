@@ -1,4 +1,5 @@
-"""Handing decoded bytes to Arrow without copying, unless their start is misaligned."""
+"""Handing decoded bytes to Arrow without copying, unless their start is misaligned; large
+output arrays allocated from Arrow's memory pool."""
 
 from __future__ import annotations
 
@@ -21,4 +22,27 @@ def aligned_buffer(data: bytes | bytearray | memoryview | np.ndarray) -> pa.Buff
     return pa.py_buffer(raw)
 
 
-__all__ = ["VALUE_ALIGNMENT", "aligned_buffer"]
+def pooled_empty(shape: int | tuple[int, ...], dtype: np.dtype | type | str) -> np.ndarray:
+    """``np.empty(shape, dtype)``, from Arrow's memory pool when large.
+
+    Decoded pages become arrays the caller keeps; numpy takes each large one from fresh
+    kernel memory (and asks for huge pages), so every scan pays page faults for all its
+    output again. Arrow's pool (mimalloc or jemalloc) hands out the memory of buffers freed
+    before, as the Rust reader's allocator does. The array is writable and aligned to 64.
+    """
+    dt = np.dtype(dtype)
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    count = 1
+    for d in dims:
+        count *= int(d)
+    nbytes = count * dt.itemsize
+    if nbytes < POOLED_BYTES:
+        return np.empty(dims, dtype=dt)
+    return np.frombuffer(pa.allocate_buffer(nbytes), dtype=dt, count=count).reshape(dims)
+
+
+#: Arrays of at least this many bytes come from Arrow's memory pool (:func:`pooled_empty`).
+POOLED_BYTES = 64 * 1024
+
+
+__all__ = ["POOLED_BYTES", "VALUE_ALIGNMENT", "aligned_buffer", "pooled_empty"]

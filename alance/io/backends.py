@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn, Protocol
 
 import obstore
+import pyarrow as pa
 from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
 from obstore.exceptions import BaseError as _ObsBaseError
 from obstore.exceptions import GenericError as _ObsGeneric
@@ -624,18 +625,35 @@ def _names_in(directory: str) -> list[str]:
         return []
 
 
-def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
     """``[start, end)`` ranges of a local file; a range past its end is a
     :class:`CorruptFileError` (the caller expected a longer file)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        parts = [os.pread(fd, e - s, s) for s, e in ranges]
+        parts = [_pread(fd, s, e) for s, e in ranges]
     finally:
         os.close(fd)
     for (s, e), part in zip(ranges, parts, strict=True):
         if len(part) != e - s:
             raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of the file")
     return parts
+
+
+#: Reads of at least this many bytes go into buffers of Arrow's memory pool.
+POOLED_READ_BYTES = 64 * 1024
+
+
+def _pread(fd: int, start: int, end: int) -> Buffer:
+    """Bytes ``start..end`` of an open file (fewer at its end). Large reads land in a buffer
+    of Arrow's memory pool, which reuses the memory of buffers freed before: a fresh
+    ``bytes`` of megabytes is new memory from the kernel each time, and faulting its pages in
+    costs more than copying the data (numpy and Arrow read the buffer without copying)."""
+    size = end - start
+    if size < POOLED_READ_BYTES:
+        return os.pread(fd, size, start)
+    buf = pa.allocate_buffer(size)
+    got = os.preadv(fd, [buf], start)
+    return memoryview(buf)[:got]
 
 
 #: Most bytes one call reads on the event loop from the page cache (copying costs ~0.1 ms per
@@ -645,7 +663,7 @@ _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
-                        ) -> list[bytearray] | None:
+                        ) -> list[bytearray | pa.Buffer] | None:
     """The ranges if the kernel can serve them all from its page cache without waiting for
     the disk (``preadv`` with ``RWF_NOWAIT``), else ``None`` (then a reader thread reads).
 
@@ -659,9 +677,10 @@ def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
     except OSError:
         return None  # the thread path reports the error
     try:
-        parts: list[bytearray] = []
+        parts: list[bytearray | pa.Buffer] = []
         for s, e in ranges:
-            buf = bytearray(e - s)
+            # (a large one from Arrow's memory pool: see _pread)
+            buf = pa.allocate_buffer(e - s) if e - s >= POOLED_READ_BYTES else bytearray(e - s)
             if e > s and os.preadv(fd, [buf], s, _NOWAIT) != e - s:
                 return None  # short (past the end, or partly cached): the thread path decides
             parts.append(buf)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import acero
 
-from alance.format.arrow_buffers import aligned_buffer
+from alance.format.arrow_buffers import POOLED_BYTES, aligned_buffer, pooled_empty
 from alance.format.v2.blocks import Fixed, to_arrow
 
 
@@ -43,3 +43,18 @@ def test_aligned_bytes_are_not_copied() -> None:
     data = np.arange(16, dtype=np.int64).view(np.uint8)
     assert aligned_buffer(data).address == data.ctypes.data
     assert aligned_buffer(_misaligned(np.arange(4))).address % 8 == 0
+
+
+def test_large_arrays_come_from_arrows_pool_and_small_ones_from_numpy() -> None:
+    pool = pa.default_memory_pool()
+    before = pool.bytes_allocated()
+    big = pooled_empty((3, POOLED_BYTES // 8), np.uint64)
+    assert pool.bytes_allocated() - before >= big.nbytes  # Arrow's pool holds it
+    assert big.shape == (3, POOLED_BYTES // 8) and big.dtype == np.uint64
+    assert big.flags.writeable and big.flags.c_contiguous and big.ctypes.data % 64 == 0
+    big[...] = 7
+    assert int(big.sum()) == 7 * big.size
+    small = pooled_empty(10, np.int32)
+    assert small.shape == (10,) and small.flags.writeable
+    del big
+    assert pool.bytes_allocated() == before  # freed back to the pool with the array

@@ -74,3 +74,28 @@ def test_cloud_stores_are_built_once_per_settings(monkeypatch: pytest.MonkeyPatc
     from_env = backend_store("s3://bucket/a", bare)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "z")  # rotated in the environment
     assert backend_store("s3://bucket/a", bare) is not from_env
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_local_range_reads_small_and_large(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                 inline: bool) -> None:
+    """Local ranges come back exactly, large ones in buffers of Arrow's pool, whether read on
+    the loop from the page cache or by a reader thread; a range past the end is an error."""
+    import numpy as np
+
+    from alance.errors import CorruptFileError
+    from alance.io import backends
+
+    if not inline:
+        monkeypatch.setattr(backends, "INLINE_READ_BYTES", 0)  # every read by a thread
+    data = np.random.default_rng(3).integers(0, 256, 3 * backends.POOLED_READ_BYTES,
+                                             dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    store = open_store(str(tmp_path))
+    big = (5, 5 + backends.POOLED_READ_BYTES + 17)
+    ranges = [(0, 10), big, (len(data) - 3, len(data))]
+    got = await store.get_ranges("f.bin", ranges)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
+    with pytest.raises(CorruptFileError):
+        await store.get_ranges("f.bin", [(len(data) - backends.POOLED_READ_BYTES,
+                                          len(data) + 1)])

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from alance.format.arrow_buffers import aligned_buffer
+from alance.format.arrow_buffers import aligned_buffer, pooled_empty
 from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var_binary
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
@@ -103,7 +103,7 @@ class Spans:
             raise CorruptFileError(f"{what}: a page has fewer values than the file says")
 
 
-def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview]:
+def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview | np.ndarray]:
     """The bytes of the given file ranges, concatenated in order (asked for in one step).
 
     Back-to-back ranges (contiguous pages of one column) are asked for as one.
@@ -129,7 +129,11 @@ def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview]:
     if not request:
         return b""
     parts = yield request
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    if len(parts) == 1:
+        return parts[0]
+    # Joined in an array of Arrow's memory pool (reused memory; see pooled_empty).
+    views = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+    return np.concatenate(views, out=pooled_empty(sum(len(v) for v in views), np.uint8))
 
 
 def _gather_positions(bases: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -147,7 +151,7 @@ def _has_bits(t: pa.DataType) -> bool:
     return pa.types.is_fixed_size_list(t) and _has_bits(t.value_type)
 
 
-def _from_bytes(t: pa.DataType, n: int, data: bytes | memoryview) -> pa.Array:
+def _from_bytes(t: pa.DataType, n: int, data: bytes | memoryview | np.ndarray) -> pa.Array:
     if pa.types.is_fixed_size_list(t):
         child = _from_bytes(t.value_type, n * t.list_size, data)
         return pa.FixedSizeListArray.from_arrays(child, type=t)

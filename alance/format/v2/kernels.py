@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.format.arrow_buffers import pooled_empty
 
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 BLOCK = 1024
@@ -48,7 +49,8 @@ def gather_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return strided
     if total >= 64 * len(starts):  # long ranges: copying slices beats index arithmetic
         return np.concatenate([data[s: s + n] for s, n in
-                               zip(starts.tolist(), lengths.tolist(), strict=True)])
+                               zip(starts.tolist(), lengths.tolist(), strict=True)],
+                              out=pooled_empty(total, data.dtype))
     ends = np.cumsum(lengths)
     shift = np.repeat(starts - (ends - lengths), lengths)
     return data[np.arange(total, dtype=np.int64) + shift]
@@ -69,7 +71,7 @@ def _gather_strided(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     item = data.strides[0]
     grid = np.lib.stride_tricks.as_strided(data[s0:], shape=(k, size),
                                            strides=(step * item, item), writeable=False)
-    out = np.empty(total, dtype=data.dtype)
+    out = pooled_empty(total, data.dtype)
     out[: k * size].reshape(k, size)[...] = grid
     last = int(starts[k])
     out[k * size:] = data[last: last + int(lengths[k])]
@@ -152,7 +154,7 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
         raise CorruptFileError("bit-packed block has the wrong size")
     packed = np.asarray(words, dtype=dtype).reshape(k, w, lanes)
     w_lo, s_lo, w_hi, up, spills = _fastlanes_rows(t, w)
-    out = np.empty((k, t, lanes), dtype=dtype)  # rows already in output order
+    out = pooled_empty((k, t, lanes), dtype)  # rows already in output order
     mask = dtype((1 << w) - 1) if w < t else None
     # A few blocks at a time: each pass below then works in the CPU cache (2-3x faster than
     # passes over a whole page of 64-bit values).
