@@ -41,8 +41,19 @@ def pooled_empty(shape: int | tuple[int, ...], dtype: np.dtype | type | str) -> 
     return np.frombuffer(pa.allocate_buffer(nbytes), dtype=dt, count=count).reshape(dims)
 
 
+def pooled_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)`` (along the first axis) into :func:`pooled_empty` memory."""
+    if len(arrays) == 1:
+        return arrays[0]
+    first = arrays[0]
+    shape = (sum(len(a) for a in arrays), *first.shape[1:])
+    dtype = np.result_type(*arrays)
+    return np.concatenate(arrays, out=pooled_empty(shape, dtype))
+
+
 #: Arrays of at least this many bytes come from Arrow's memory pool (:func:`pooled_empty`).
 POOLED_BYTES = 64 * 1024
 
 
-__all__ = ["POOLED_BYTES", "VALUE_ALIGNMENT", "aligned_buffer", "pooled_empty"]
+__all__ = ["POOLED_BYTES", "VALUE_ALIGNMENT", "aligned_buffer", "pooled_concatenate",
+           "pooled_empty"]

@@ -12,7 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import acero
 
-from alance.format.arrow_buffers import POOLED_BYTES, aligned_buffer, pooled_empty
+from alance.format.arrow_buffers import (
+    POOLED_BYTES,
+    aligned_buffer,
+    pooled_concatenate,
+    pooled_empty,
+)
 from alance.format.v2.blocks import Fixed, to_arrow
 
 
@@ -58,3 +63,12 @@ def test_large_arrays_come_from_arrows_pool_and_small_ones_from_numpy() -> None:
     assert small.shape == (10,) and small.flags.writeable
     del big
     assert pool.bytes_allocated() == before  # freed back to the pool with the array
+
+
+def test_pooled_concatenate_joins_along_the_first_axis() -> None:
+    parts = [np.arange(12, dtype=np.int32).reshape(6, 2),
+             np.arange(POOLED_BYTES // 4, dtype=np.int32).reshape(-1, 2)]
+    got = pooled_concatenate(parts)
+    assert got.shape == (6 + POOLED_BYTES // 8, 2) and got.dtype == np.int32
+    assert np.array_equal(got, np.concatenate(parts))
+    assert pooled_concatenate(parts[:1]) is parts[0]

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from alance.format.arrow_buffers import aligned_buffer, pooled_empty
+from alance.format.arrow_buffers import aligned_buffer, pooled_concatenate
 from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var_binary
 from alance.format.legacy.plan import Plan, gather
 from alance.format.schema import LanceField
@@ -132,8 +132,7 @@ def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview | np
     if len(parts) == 1:
         return parts[0]
     # Joined in an array of Arrow's memory pool (reused memory; see pooled_empty).
-    views = [np.frombuffer(p, dtype=np.uint8) for p in parts]
-    return np.concatenate(views, out=pooled_empty(sum(len(v) for v in views), np.uint8))
+    return pooled_concatenate([np.frombuffer(p, dtype=np.uint8) for p in parts])
 
 
 def _gather_positions(bases: np.ndarray, lengths: np.ndarray) -> np.ndarray:

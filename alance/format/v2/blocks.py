@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
-from alance.format.arrow_buffers import aligned_buffer
+from alance.format.arrow_buffers import aligned_buffer, pooled_concatenate, pooled_empty
 
 
 @dataclass
@@ -229,7 +229,7 @@ def concat_blocks(blocks: list[Block]) -> Block:
         if dims:
             inner = np.concatenate([np.ones((len(b), dims[0]), bool)
                                     if b.item_valid is None else b.item_valid for b in fixed])
-        return Fixed(np.concatenate([b.values for b in fixed]), fixed[0].bits, inner)
+        return Fixed(pooled_concatenate([b.values for b in fixed]), fixed[0].bits, inner)
     if all(isinstance(b, Variable) for b in blocks):
         var = [b for b in blocks if isinstance(b, Variable)]
         datas, offs, base = [], [np.zeros(1, np.int64)], 0
@@ -238,7 +238,7 @@ def concat_blocks(blocks: list[Block]) -> Block:
             datas.append(b.data[int(b.offsets[0]): int(b.offsets[-1])])
             offs.append(o[1:] + base)
             base += int(o[-1])
-        return Variable(np.concatenate(offs), np.concatenate(datas) if datas else
+        return Variable(np.concatenate(offs), pooled_concatenate(datas) if datas else
                         np.zeros(0, np.uint8))
     raise CorruptFileError("pages of one column decode to different kinds of values")
 
@@ -398,12 +398,14 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
         if not (pa.types.is_string(storage) or pa.types.is_binary(storage)
                 or pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)):
             raise CorruptFileError(f"variable-width values for a {dtype} column")
-        base = block.offsets - block.offsets[0]
-        data = block.data[int(block.offsets[0]): int(block.offsets[-1])]
+        first = int(block.offsets[0])
+        data = block.data[first: int(block.offsets[-1])]
         large = pa.types.is_large_string(storage) or pa.types.is_large_binary(storage)
-        if not large and len(base) and base[-1] > np.iinfo(np.int32).max:
+        if not large and int(block.offsets[-1]) - first > np.iinfo(np.int32).max:
             raise UnsupportedFeatureError("more than 2 GiB of strings in one batch")
-        offs = base.astype(np.int64 if large else np.int32)
+        # Rebased straight into the output offsets (which the result keeps: pooled memory).
+        offs = pooled_empty(len(block.offsets), np.int64 if large else np.int32)
+        np.subtract(block.offsets, first, out=offs, casting="unsafe")
         arr = pa.Array.from_buffers(storage, n, [vbuf, pa.py_buffer(offs),
                                                  pa.py_buffer(np.ascontiguousarray(data))],
                                     null_count=nulls)
