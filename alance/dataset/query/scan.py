@@ -541,7 +541,9 @@ class Scanner:
         finally:
             await stream.aclose()
 
-    async def _batches(self) -> AsyncGenerator[pa.RecordBatch, None]:
+    async def _batches(self, split: bool = True) -> AsyncGenerator[pa.RecordBatch, None]:
+        """The result in order; ``split``: in pieces of at most ``batch_size`` rows (else as
+        read, for a caller that splits them itself)."""
         fragments, skipped = self._plan_fragments()
         skip = self.offset - skipped
         remaining = self.limit
@@ -570,16 +572,29 @@ class Scanner:
                         remaining -= batch.num_rows
                 batch = (as_schema(batch, self.output_schema) if self._final is None
                          else self._final.apply(batch))
-                for start in range(0, batch.num_rows, self.batch_size):
-                    yield batch.slice(start, self.batch_size)
+                if not split:
+                    yield batch
+                else:
+                    for start in range(0, batch.num_rows, self.batch_size):
+                        yield batch.slice(start, self.batch_size)
                 if remaining == 0:
                     return
         finally:
             await stream.aclose()
 
     async def to_table(self) -> pa.Table:
-        """The whole result as one table."""
-        batches = [b async for b in self.to_batches()]
+        """The whole result as one table (in chunks of ``batch_size`` rows, as
+        :meth:`to_batches` streams them)."""
+        if self.strict_batch_size:
+            batches = [b async for b in self.to_batches()]
+        else:  # read batches cut up here, not passed on one by one through the stream
+            step = self.batch_size
+            stream = self._batches(split=False)
+            try:
+                batches = [b.slice(start, step) async for b in stream
+                           for start in range(0, b.num_rows, step)]
+            finally:
+                await stream.aclose()
         return pa.Table.from_batches(batches, schema=self.output_schema)
 
     def explain(self) -> str:

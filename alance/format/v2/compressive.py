@@ -138,7 +138,8 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
             vals[sel] = fastlanes_at(bufs.data, bufs.starts[chunk[sel]] + wb, pos[sel], t,
                                      int(w))
         return Fixed(vals, t)
-    found = np.unique(widths).tolist()
+    # One width throughout is the usual case (checked without np.unique's sort).
+    found = ([int(widths[0])] if (widths == widths[0]).all() else np.unique(widths).tolist())
     if len(found) == 1:  # one width throughout (the usual case): unpack straight to the output
         n_words = found[0] * (BLOCK // t)
         rows = strided_rows(bufs.data, bufs.starts + wb, n_words * wb)  # no copy if regular

@@ -149,13 +149,17 @@ def chunks_for_rows(state: MiniBlockState, rows: np.ndarray) -> np.ndarray:
     needed = [first]
     last_of_chunk = state.first_row[first + 1] - 1
     spill = (rows == last_of_chunk) & state.trailer[first]
-    if spill.any():
-        # The row continues until the next chunk in which some row ends.
-        n = len(state.counts)
-        nxt = np.append(state.next_row_end(), n - 1)  # (a last chunk has no next one)
-        c = first[spill]
-        stop = np.minimum(nxt[c + 1], n - 1)  # chunks c + 1 .. stop hold the rest of row
-        needed.append(range_indices(c + 1, np.maximum(stop - c, 0)))
+    if not spill.any():
+        # ``rows`` are sorted, so ``first`` is too: only repeats to drop (cheaper than unique)
+        if len(first) > 1 and not (first[1:] > first[:-1]).all():
+            first = first[np.concatenate(([True], first[1:] != first[:-1]))]
+        return first
+    # A spilling row continues until the next chunk in which some row ends.
+    n = len(state.counts)
+    nxt = np.append(state.next_row_end(), n - 1)  # (a last chunk has no next one)
+    c = first[spill]
+    stop = np.minimum(nxt[c + 1], n - 1)  # chunks c + 1 .. stop hold the rest of row
+    needed.append(range_indices(c + 1, np.maximum(stop - c, 0)))
     return np.unique(np.concatenate(needed))
 
 
