@@ -384,6 +384,31 @@ class ObstoreBackend:
         cached = _read_cached_ranges("/" + key, ranges)
         return None if cached is None else [memoryview(b) for b in cached]
 
+    @property
+    def joins_ranges(self) -> bool:
+        """Whether :meth:`get_ranges_joined` reads ranges straight into one buffer."""
+        return self._pread
+
+    async def get_ranges_joined(self, key: str, starts: Sequence[int],
+                                ends: Sequence[int]) -> Buffer | None:
+        """The bytes of the ranges ``starts[i]..ends[i]`` back to back, read straight into one
+        buffer (a local file: from the page cache on the spot when it holds them all, else by
+        a reader thread); ``None`` when this backend does not read that way."""
+        if not self._pread:
+            return None
+        path = "/" + key
+        if _NOWAIT and sum(ends) - sum(starts) <= INLINE_READ_BYTES:
+            cached = _read_local_joined(path, starts, ends, nowait=True)
+            if cached is not None:
+                return cached
+        try:
+            got = await asyncio.get_running_loop().run_in_executor(
+                _pread_executor(), _read_local_joined, path, starts, ends, False)
+        except OSError as exc:
+            raise map_error(exc, key) from exc
+        assert got is not None  # (only a read that may not wait gives up)
+        return got
+
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
         if self._pread:
@@ -689,6 +714,44 @@ def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
         return None
     finally:
         os.close(fd)
+
+
+def _read_local_joined(path: str, starts: Sequence[int], ends: Sequence[int],
+                       nowait: bool) -> memoryview | None:
+    """Ranges of a local file read back to back into one buffer of Arrow's memory pool, each
+    by one ``preadv`` into its slice (no buffer per range, no joining copy).
+
+    ``nowait``: only from the page cache, never waiting for the disk (``None`` when a range is
+    not all there, or the file cannot be opened: the caller then reads the usual way, which
+    reports errors); else a range past the end of the file is a :class:`CorruptFileError`.
+    """
+    total = sum(ends) - sum(starts)
+    buf = memoryview(pa.allocate_buffer(total))
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if nowait else 0))
+    except OSError:
+        if nowait:
+            return None
+        raise
+    try:
+        pos = 0
+        for s, e in zip(starts, ends, strict=True):
+            if e > s:
+                try:
+                    got = os.preadv(fd, [buf[pos: pos + e - s]], s, _NOWAIT if nowait else 0)
+                except OSError:
+                    if nowait:
+                        return None
+                    raise
+                if got != e - s:
+                    if nowait:
+                        return None
+                    raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of "
+                                           "the file")
+                pos += got
+    finally:
+        os.close(fd)
+    return buf
 
 
 def _read_cached_object(path: str) -> bytes | None:

@@ -99,3 +99,32 @@ async def test_local_range_reads_small_and_large(tmp_path, monkeypatch: pytest.M
     with pytest.raises(CorruptFileError):
         await store.get_ranges("f.bin", [(len(data) - backends.POOLED_READ_BYTES,
                                           len(data) + 1)])
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_ranges_read_joined_into_one_buffer(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                  inline: bool) -> None:
+    """get_ranges_joined: the ranges' bytes back to back, read straight into one buffer from
+    a local file (on the loop from the page cache, or by a reader thread), joined from
+    get_ranges elsewhere; a range past the end is an error either way."""
+    import numpy as np
+
+    from alance.errors import CorruptFileError
+    from alance.io import backends
+
+    if not inline:
+        monkeypatch.setattr(backends, "INLINE_READ_BYTES", 0)
+    data = np.random.default_rng(4).integers(0, 256, 200_000, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    starts, ends = [10, 5, 150_000, 7, 199_990], [20, 5, 190_000, 9, 200_000]
+    want = b"".join(data[s:e] for s, e in zip(starts, ends, strict=True))
+    local = open_store(str(tmp_path))
+    assert local.joins_ranges
+    assert bytes(await local.get_ranges_joined("f.bin", starts, ends)) == want
+    memory = open_store("memory://joined")
+    await memory.put("f.bin", data)
+    assert not memory.joins_ranges
+    assert bytes(await memory.get_ranges_joined("f.bin", starts, ends)) == want
+    for store in (local, memory):
+        with pytest.raises(CorruptFileError):
+            await store.get_ranges_joined("f.bin", [0, 199_000], [10, 200_001])

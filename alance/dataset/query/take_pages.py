@@ -35,6 +35,7 @@ from alance.format.v2.blocks import concat_blocks, to_arrow
 from alance.format.v2.container import V2File
 from alance.format.v2.v20 import check_fits
 from alance.io.plans import decode_pool, offloading
+from alance.io.store import MIN_COALESCE_GAP, DatasetStore
 
 #: The kind of 2.0 pages this path reads (:func:`alance.format.v2.v20_rows.supported`).
 _V20: page_take.Kind = ("2.0 by row",)
@@ -137,9 +138,12 @@ async def _take_miniblock(plans: dict[int, list[_Page]], by_id: dict[int, LanceF
                           n_rows: int) -> dict[int, pa.Array]:
     """Mini-block pages (2.1+): located together, fetched in one round, decoded together."""
     await _load_states([p for pages in plans.values() for p in pages])
+    # Chunks closer than the store always reads through are asked for as one range.
     located = {fid: page_take.locate([p.encoding for p in pages],
                                      [p.file.page_state[p.key] for p in pages],
-                                     [p.rows for p in pages])
+                                     [p.rows for p in pages],
+                                     gap=min(pages[0].reader.store.coalesce_bytes,
+                                             MIN_COALESCE_GAP))
                for fid, pages in plans.items()}
     data = await _fetch({fid: (plans[fid], located[fid]) for fid in plans})
     jobs = [(located[fid], data[fid], by_id[fid].data_type) for fid in located]
@@ -293,28 +297,76 @@ async def _load_states(pages: list[_Page]) -> None:
 
 async def _fetch(work: dict[int, tuple[list[_Page], page_take.Located]],
                  ) -> dict[int, np.ndarray]:
-    """The bytes of every column's located ranges, concatenated in order: one request batch
-    per data file, all files at once."""
-    by_path: dict[str, list[tuple[int, int]]] = {}
-    stores = {}
-    slots: list[tuple[int, str, int]] = []  # field, path, index in that path's batch
+    """The bytes of every column's located ranges, concatenated in order, all at once.
+
+    From local files each run of ranges of one file is read back to back into one buffer
+    (no per-range buffers: a take may touch thousands of chunks); from other stores the
+    ranges of all columns are asked for in one request batch per file (coalesced there).
+    """
+    runs: list[tuple[int, DatasetStore, str, list[int], list[int]]] = []
     for fid, (pages, located) in work.items():
         for page, start, end in located.ranges:
             reader = pages[page].reader
-            bucket = by_path.setdefault(reader.path, [])
-            slots.append((fid, reader.path, len(bucket)))
-            bucket.append((start, end))
-            stores[reader.path] = reader.store
+            if not runs or runs[-1][0] != fid or runs[-1][2] != reader.path:
+                runs.append((fid, reader.store, reader.path, [], []))
+            runs[-1][3].append(start)
+            runs[-1][4].append(end)
+    joined = [r for r in runs if r[1].joins_ranges]
+    batched = [r for r in runs if not r[1].joins_ranges]
+    from_batches, from_joins = await asyncio.gather(_batched(batched), _joined(joined))
+    data = from_batches | from_joins
+    parts: dict[int, list[np.ndarray]] = {fid: [] for fid in work}
+    for run in runs:
+        parts[run[0]].append(np.frombuffer(data[id(run)], dtype=np.uint8))
+    return {fid: (chunks[0] if len(chunks) == 1 else
+                  np.concatenate(chunks) if chunks else np.zeros(0, np.uint8))
+            for fid, chunks in parts.items()}
+
+
+async def _joined(runs: list[tuple[int, DatasetStore, str, list[int], list[int]]],
+                  ) -> dict[int, bytes | memoryview]:
+    """The bytes of each run (by ``id``): every file's runs read straight into one buffer,
+    which each run then views."""
+    by_path: dict[str, list[tuple[int, DatasetStore, str, list[int], list[int]]]] = {}
+    for run in runs:
+        by_path.setdefault(run[2], []).append(run)
+    groups = list(by_path.values())
+    got = await asyncio.gather(*(
+        group[0][1].get_ranges_joined(group[0][2], [s for r in group for s in r[3]],
+                                      [e for r in group for e in r[4]])
+        for group in groups))
+    out: dict[int, bytes | memoryview] = {}
+    for group, data in zip(groups, got, strict=True):
+        view, pos = memoryview(data), 0
+        for run in group:
+            n = sum(run[4]) - sum(run[3])
+            out[id(run)] = view[pos: pos + n]
+            pos += n
+    return out
+
+
+async def _batched(runs: list[tuple[int, DatasetStore, str, list[int], list[int]]],
+                   ) -> dict[int, bytes | memoryview]:
+    """The bytes of each run (by ``id``), every file's ranges asked for in one batch."""
+    by_path: dict[str, list[tuple[int, int]]] = {}
+    stores: dict[str, DatasetStore] = {}
+    for _, store, path, starts, ends in runs:
+        by_path.setdefault(path, []).extend(zip(starts, ends, strict=True))
+        stores[path] = store
     got: dict[str, list[Any]] = {}
     for store in {id(st): st for st in stores.values()}.values():
         paths = [p for p in by_path if stores[p] is store]
         results = await store.get_ranges_many([(p, by_path[p]) for p in paths])
         got.update(zip(paths, results, strict=True))
-    parts: dict[int, list[Any]] = {fid: [] for fid in work}
-    for fid, path, i in slots:
-        parts[fid].append(got[path][i])
-    return {fid: np.frombuffer(b"".join(chunks), dtype=np.uint8)
-            for fid, chunks in parts.items()}
+    out: dict[int, bytes | memoryview] = {}
+    taken: dict[str, int] = {}
+    for run in runs:
+        path, n = run[2], len(run[3])
+        first = taken.get(path, 0)
+        taken[path] = first + n
+        pieces = got[path][first: first + n]
+        out[id(run)] = pieces[0] if n == 1 else b"".join(pieces)
+    return out
 
 
 def _decode_all(jobs: list[tuple[page_take.Located, np.ndarray, pa.DataType]],

@@ -111,10 +111,14 @@ class Located:
 
 
 def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockState],
-           rows: Sequence[np.ndarray]) -> Located:
+           rows: Sequence[np.ndarray], gap: int = 0) -> Located:
     """The chunks holding the sorted, unique page-local ``rows[i]`` of pages with these
     layouts and chunk tables, all of one :func:`kind_of` kind (there every row is one item of
-    one chunk). Pages are laid end to end in one row space, so one search serves them all."""
+    one chunk). Pages are laid end to end in one row space, so one search serves them all.
+
+    Chunks of one page at most ``gap`` bytes apart are read as one range (the bytes between
+    are read and skipped): a take of many rows then asks for a few long ranges, not one per
+    run of chunks."""
     n_pages = len(states)
     page_rows = np.array([int(s.first_row[-1]) for s in states], dtype=np.int64)
     page_base = np.concatenate(([0], np.cumsum(page_rows)[:-1]))
@@ -140,8 +144,10 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
     picked = table[chunks]
     pos, sizes = picked[:, 1], picked[:, 2]
     end = pos + sizes
-    # A range runs over chunks that follow each other in one page's data.
-    brk = np.flatnonzero((pos[1:] != end[:-1]) | (page_of_chunk[1:] != page_of_chunk[:-1])) + 1
+    # A range runs over chunks that follow each other (or nearly) in one page's data.
+    between = pos[1:] - end[:-1]
+    brk = np.flatnonzero((between < 0) | (between > gap)
+                         | (page_of_chunk[1:] != page_of_chunk[:-1])) + 1
     first_c = np.concatenate(([0], brk))
     last_c = np.concatenate((brk - 1, [len(pos) - 1]))
     r_start, r_end = pos[first_c], end[last_c]
