@@ -87,6 +87,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
         # (ranges it passes on to get_ranges are recorded there)
         for path, ranges in requests:
             if path.startswith("data/") and isinstance(self.backend, ObstoreBackend) and \
+                    not self.joins_ranges and \
                     backend_cached(self.backend, self._key(path), self._pieces(ranges)):
                 seen.requested.append(list(ranges))
         return await store_many(self, requests)
@@ -97,6 +98,22 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
             seen.fetched.extend(ranges)
         return got
 
+    store_joined = DatasetStore.get_ranges_joined
+    backend_joined = ObstoreBackend.get_ranges_joined
+
+    async def asked_joined(self: DatasetStore, path: str, starts, ends):
+        if path.startswith("data/"):
+            seen.requested.append(list(zip(starts, ends, strict=True)))
+        return await store_joined(self, path, starts, ends)
+
+    async def fetched_joined(self: ObstoreBackend, key: str, starts, ends):
+        # (local files: ranges, or coalesced pieces, read straight into one buffer)
+        if "/data/" in key:
+            seen.fetched.extend(zip(starts, ends, strict=True))
+        return await backend_joined(self, key, starts, ends)
+
+    monkeypatch.setattr(DatasetStore, "get_ranges_joined", asked_joined)
+    monkeypatch.setattr(ObstoreBackend, "get_ranges_joined", fetched_joined)
     monkeypatch.setattr(DatasetStore, "get_ranges", asked)
     monkeypatch.setattr(DatasetStore, "get_ranges_many", asked_many)
     monkeypatch.setattr(ObstoreBackend, "get_ranges", fetched)
@@ -398,8 +415,16 @@ def read_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["thread"] += 1
         return threaded(path, ranges)
 
+    joined = backends._read_local_joined
+
+    def joined_read(path, starts, ends, nowait):  # ranges read straight into one buffer
+        out = joined(path, starts, ends, nowait)
+        counts["inline" if nowait else "thread"] += out is not None
+        return out
+
     monkeypatch.setattr(backends, "_read_cached_ranges", inline)
     monkeypatch.setattr(backends, "_read_ranges", thread)
+    monkeypatch.setattr(backends, "_read_local_joined", joined_read)
     return counts
 
 
