@@ -66,16 +66,16 @@ class Counter:
             return got
 
         backends.ObstoreBackend.read_cached = counted_cached  # type: ignore[method-assign]
-        joined = backends.ObstoreBackend.get_ranges_joined
+        local = backends.ObstoreBackend.read_local
 
-        async def counted_joined(self: Any, key: str, starts: Any, ends: Any) -> Any:
-            # (local files: ranges, or coalesced pieces, read straight into one buffer)
+        async def counted_local(self: Any, key: str, starts: Any, ends: Any, **kw: Any) -> Any:
+            # (local files: ranges, or coalesced pieces, read straight into their place)
             if "/data/" in key:
                 counter.ranges += len(starts)
                 counter.bytes += sum(ends) - sum(starts)
-            return await joined(self, key, starts, ends)
+            return await local(self, key, starts, ends, **kw)
 
-        backends.ObstoreBackend.get_ranges_joined = counted_joined  # type: ignore[method-assign]
+        backends.ObstoreBackend.read_local = counted_local  # type: ignore[method-assign]
 
     def reset(self) -> tuple[int, int]:
         out = (self.ranges, self.bytes)

@@ -386,28 +386,29 @@ class ObstoreBackend:
 
     @property
     def joins_ranges(self) -> bool:
-        """Whether :meth:`get_ranges_joined` reads ranges straight into one buffer."""
+        """Whether :meth:`read_local` reads ranges here (a local file)."""
         return self._pread
 
-    async def get_ranges_joined(self, key: str, starts: Sequence[int],
-                                ends: Sequence[int]) -> Buffer | None:
-        """The bytes of the ranges ``starts[i]..ends[i]`` back to back, read straight into one
-        buffer (a local file: from the page cache on the spot when it holds them all, else by
-        a reader thread); ``None`` when this backend does not read that way."""
+    async def read_local(self, key: str, starts: Sequence[int], ends: Sequence[int], *,
+                         joined: bool = True) -> list[Buffer] | None:
+        """The ranges ``starts[i]..ends[i]`` of a local file, each read straight into its
+        place: all back to back in one buffer (``joined``: a list of that one) or one buffer
+        per range. From the page cache on the spot when it holds them all, else by a reader
+        thread; ``None`` when this backend does not read local files."""
         if not self._pread:
             return None
         path = "/" + key
         if _NOWAIT and sum(ends) - sum(starts) <= INLINE_READ_BYTES:
-            cached = _read_local_joined(path, starts, ends, nowait=True)
+            cached = _read_local(path, starts, ends, True, joined)
             if cached is not None:
-                return cached
+                return list(cached)
         try:
             got = await asyncio.get_running_loop().run_in_executor(
-                _pread_executor(), _read_local_joined, path, starts, ends, False)
+                _pread_executor(), _read_local, path, starts, ends, False, joined)
         except OSError as exc:
             raise map_error(exc, key) from exc
         assert got is not None  # (only a read that may not wait gives up)
-        return got
+        return list(got)
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
@@ -716,17 +717,25 @@ def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
         os.close(fd)
 
 
-def _read_local_joined(path: str, starts: Sequence[int], ends: Sequence[int],
-                       nowait: bool) -> memoryview | None:
-    """Ranges of a local file read back to back into one buffer of Arrow's memory pool, each
-    by one ``preadv`` into its slice (no buffer per range, no joining copy).
+def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: bool,
+                joined: bool = True) -> list[memoryview] | None:
+    """Ranges of a local file read into buffers of Arrow's memory pool, each by one
+    ``preadv`` into its place: back to back in one buffer (``joined``; a list of that one),
+    or one buffer per range (so that a view kept of one range keeps only its own bytes).
 
     ``nowait``: only from the page cache, never waiting for the disk (``None`` when a range is
     not all there, or the file cannot be opened: the caller then reads the usual way, which
     reports errors); else a range past the end of the file is a :class:`CorruptFileError`.
     """
-    total = sum(ends) - sum(starts)
-    buf = memoryview(pa.allocate_buffer(total))
+    sizes = [max(e - s, 0) for s, e in zip(starts, ends, strict=True)]
+    if joined:
+        whole = memoryview(pa.allocate_buffer(sum(sizes)))
+        pos, targets = 0, []
+        for n in sizes:
+            targets.append(whole[pos: pos + n])
+            pos += n
+    else:
+        targets = [memoryview(pa.allocate_buffer(n)) for n in sizes]
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if nowait else 0))
     except OSError:
@@ -734,24 +743,23 @@ def _read_local_joined(path: str, starts: Sequence[int], ends: Sequence[int],
             return None
         raise
     try:
-        pos = 0
-        for s, e in zip(starts, ends, strict=True):
-            if e > s:
-                try:
-                    got = os.preadv(fd, [buf[pos: pos + e - s]], s, _NOWAIT if nowait else 0)
-                except OSError:
-                    if nowait:
-                        return None
-                    raise
-                if got != e - s:
-                    if nowait:
-                        return None
-                    raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of "
-                                           "the file")
-                pos += got
+        for s, n, target in zip(starts, sizes, targets, strict=True):
+            if not n:
+                continue
+            try:
+                got = os.preadv(fd, [target], s, _NOWAIT if nowait else 0)
+            except OSError:
+                if nowait:
+                    return None
+                raise
+            if got != n:
+                if nowait:
+                    return None
+                raise CorruptFileError(f"{path}: requested bytes {s}..{s + n} past the end of "
+                                       "the file")
     finally:
         os.close(fd)
-    return buf
+    return [whole] if joined else targets
 
 
 def _read_cached_object(path: str) -> bytes | None:

@@ -422,21 +422,24 @@ class DatasetStore:
         first = np.flatnonzero(new)
         p_start, p_end = s[first], np.maximum.reduceat(e, first)
         assert isinstance(self.backend, ObstoreBackend)
-        buf = await self.backend.get_ranges_joined(key, p_start.tolist(), p_end.tolist())
-        assert buf is not None  # (a backend that joins ranges always reads them)
-        _count(1, len(first), len(buf))
-        piece = np.cumsum(new) - 1
-        p_off = np.concatenate(([0], np.cumsum(p_end - p_start)[:-1]))
+        # One buffer per piece: a view kept of a range (a cached dictionary, say) keeps only
+        # its own piece, not all that this call read.
+        bufs = await self.backend.read_local(key, p_start.tolist(), p_end.tolist(),
+                                             joined=False)
+        assert bufs is not None  # (a backend that joins ranges always reads them)
+        _count(1, len(first), int((p_end - p_start).sum()))
+        piece = np.zeros(n, dtype=np.int64)
+        piece[order] = np.cumsum(new) - 1
         offset = np.zeros(n, dtype=np.int64)
-        offset[order] = p_off[piece] + (s - p_start[piece])
-        view = memoryview(buf)
-        return [view[o: o + k] if k else b"" for o, k in zip(offset.tolist(), size.tolist(),
-                                                            strict=True)]
+        offset[order] = s - p_start[piece[order]]
+        views = [memoryview(b) for b in bufs]
+        return [views[p][o: o + k] if k else b"" for p, o, k in zip(
+            piece.tolist(), offset.tolist(), size.tolist(), strict=True)]
 
     @property
     def joins_ranges(self) -> bool:
-        """Whether :meth:`get_ranges_joined` reads ranges straight into one buffer here (local
-        files) rather than fetching and joining them."""
+        """Whether ranges are read straight into their place here (local files: see
+        :meth:`get_ranges_joined`) rather than fetched and joined."""
         # (a wrapped backend, as tests and fault injectors wrap them, reads the usual way)
         return isinstance(self.backend, ObstoreBackend) and self.backend.joins_ranges \
             and self.block_cache is None
@@ -451,10 +454,10 @@ class DatasetStore:
         """
         if self.joins_ranges and len(starts):
             assert isinstance(self.backend, ObstoreBackend)
-            got = await self.backend.get_ranges_joined(self._key(path), starts, ends)
+            got = await self.backend.read_local(self._key(path), starts, ends)
             if got is not None:
-                _count(1, len(starts), len(got))
-                return got
+                _count(1, len(starts), len(got[0]))
+                return got[0]
         parts = await self.get_ranges(path, list(zip(starts, ends, strict=True)))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -99,21 +99,21 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
         return got
 
     store_joined = DatasetStore.get_ranges_joined
-    backend_joined = ObstoreBackend.get_ranges_joined
+    backend_local = ObstoreBackend.read_local
 
     async def asked_joined(self: DatasetStore, path: str, starts, ends):
         if path.startswith("data/"):
             seen.requested.append(list(zip(starts, ends, strict=True)))
         return await store_joined(self, path, starts, ends)
 
-    async def fetched_joined(self: ObstoreBackend, key: str, starts, ends):
-        # (local files: ranges, or coalesced pieces, read straight into one buffer)
+    async def fetched_local(self: ObstoreBackend, key: str, starts, ends, **kw):
+        # (local files: ranges, or coalesced pieces, read straight into their place)
         if "/data/" in key:
             seen.fetched.extend(zip(starts, ends, strict=True))
-        return await backend_joined(self, key, starts, ends)
+        return await backend_local(self, key, starts, ends, **kw)
 
     monkeypatch.setattr(DatasetStore, "get_ranges_joined", asked_joined)
-    monkeypatch.setattr(ObstoreBackend, "get_ranges_joined", fetched_joined)
+    monkeypatch.setattr(ObstoreBackend, "read_local", fetched_local)
     monkeypatch.setattr(DatasetStore, "get_ranges", asked)
     monkeypatch.setattr(DatasetStore, "get_ranges_many", asked_many)
     monkeypatch.setattr(ObstoreBackend, "get_ranges", fetched)
@@ -415,16 +415,16 @@ def read_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["thread"] += 1
         return threaded(path, ranges)
 
-    joined = backends._read_local_joined
+    local = backends._read_local
 
-    def joined_read(path, starts, ends, nowait):  # ranges read straight into one buffer
-        out = joined(path, starts, ends, nowait)
+    def local_read(path, starts, ends, nowait, joined=True):  # ranges read into place
+        out = local(path, starts, ends, nowait, joined)
         counts["inline" if nowait else "thread"] += out is not None
         return out
 
     monkeypatch.setattr(backends, "_read_cached_ranges", inline)
     monkeypatch.setattr(backends, "_read_ranges", thread)
-    monkeypatch.setattr(backends, "_read_local_joined", joined_read)
+    monkeypatch.setattr(backends, "_read_local", local_read)
     return counts
 
 

@@ -128,3 +128,20 @@ async def test_ranges_read_joined_into_one_buffer(tmp_path, monkeypatch: pytest.
     for store in (local, memory):
         with pytest.raises(CorruptFileError):
             await store.get_ranges_joined("f.bin", [0, 199_000], [10, 200_001])
+
+
+async def test_a_kept_local_range_holds_only_its_own_piece(tmp_path) -> None:
+    """Ranges far apart are read into separate buffers: a view kept of one (a cached
+    dictionary, say) does not keep the megabytes read with it in the same call."""
+    import numpy as np
+
+    data = np.random.default_rng(5).integers(0, 256, 3_000_000, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    store = open_store(str(tmp_path))
+    small, big = (0, 100), (1_000_000, 3_000_000)
+    got = await store.get_ranges("f.bin", [small, big, (10, 20)])
+    assert [bytes(g) for g in got] == [data[0:100], data[1_000_000:], data[10:20]]
+    holder = memoryview(got[0]).obj
+    assert len(memoryview(holder)) == 100  # its piece (0..100, which also answers 10..20)
+    assert memoryview(got[2]).obj is holder
+    assert len(memoryview(memoryview(got[1]).obj)) == 2_000_000
