@@ -352,7 +352,8 @@ class DatasetStore:
         Ranges closer than ``coalesce_bytes`` are merged into one request; ranges longer than
         ``split_bytes`` are fetched as several requests. Requests run concurrently, each
         call to the backend (``ranges_per_request`` ranges at most) holding one slot of the
-        store's in-flight bound.
+        store's in-flight bound. (Local files: merged the same way, each merged piece read
+        whole by one ``preadv``; see :meth:`_read_joined`.)
         """
         if not ranges:
             return []
@@ -406,9 +407,9 @@ class DatasetStore:
 
     async def _read_joined(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
         """:meth:`get_ranges` of a local file: the ranges coalesced by the same rule (gaps of
-        at most ``coalesce_bytes``), worked out with numpy, every piece read straight into
-        one buffer, and each range answered by a view of it (no per-range buffers, searches
-        or copies: a take may ask for tens of thousands of ranges)."""
+        at most ``coalesce_bytes``), worked out with numpy, each piece read straight into a
+        buffer of its own, and each range answered by a view of its piece (no per-range
+        buffers, searches or copies: a take may ask for tens of thousands of ranges)."""
         n = len(ranges)
         bounds = np.array(ranges, dtype=np.int64).reshape(n, 2)
         size = np.maximum(bounds[:, 1] - bounds[:, 0], 0)
