@@ -382,6 +382,9 @@ class LanceDataset(IndexMethods):
             from alance.dataset.query.vector_search import NearestScanner
             prefilter = bool(options.pop("prefilter", False))
             autoprojection_off = bool(options.pop("disable_scoring_autoprojection", False))
+            if options.pop("fast_search", False) and isinstance(nearest, Mapping):
+                # pylance takes fast_search as a scanner argument (as for full-text search)
+                nearest = {**nearest, "fast_search": True}
             return NearestScanner(  # type: ignore[return-value]
                 self, nearest, columns, filter, limit, offset, batch_size, with_row_id,
                 with_row_address, fragments, prefilter, autoprojection_off, options)
