@@ -58,6 +58,12 @@ def fail_on(value: int):
     return fn
 
 
+def _append_ids(spark: SparkSession, uri: str, rows: int, fn, per_file: int) -> None:
+    """Append ids 0..rows-1 in 4 partitions, each passed through ``fn`` by its task."""
+    df = spark.range(0, rows, numPartitions=4).mapInArrow(fn, "id long")
+    df.write.format("alance").mode("append").option("max_rows_per_file", per_file).save(uri)
+
+
 def main() -> None:
     master, scenario, uri, marker_dir = sys.argv[1:5]
     opts: dict[str, str] = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
@@ -88,16 +94,10 @@ def main() -> None:
             result["filtered"] = alance.spark.read(spark, uri, columns=["id"],
                                                    filter="k = 3").count()
         elif scenario == "kill":
-            df = spark.range(0, 120_000, numPartitions=4).mapInArrow(slow_rows(marker_dir),
-                                                                    "id long")
-            df.write.format("alance").mode("append").option("max_rows_per_file", 5000) \
-                .save(uri)
+            _append_ids(spark, uri, 120_000, slow_rows(marker_dir), 5000)
             result["done"] = True
         elif scenario == "speculate":
-            df = spark.range(0, 80_000, numPartitions=4).mapInArrow(straggler(marker_dir),
-                                                                   "id long")
-            df.write.format("alance").mode("append").option("max_rows_per_file", 1000) \
-                .save(uri)
+            _append_ids(spark, uri, 80_000, straggler(marker_dir), 1000)
             result["done"] = True
         elif scenario == "s3":
             df = spark.range(0, 60_000, numPartitions=4).selectExpr(
