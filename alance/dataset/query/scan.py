@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyarrow import acero
 
 from alance._proto import table_pb2
 from alance.dataset.fragments.data_file import chunk_rows_for
@@ -44,6 +43,7 @@ from alance.dataset.query.projection import (
 )
 from alance.dataset.query.pruning import ScanStats, make_pruner
 from alance.dataset.query.row_ids import ROW_ADDRESS, ROW_ID, SYSTEM_COLUMNS, system_columns
+from alance.dataset.query.selection import matching_rows, select_rows
 from alance.dataset.query.take_pages import read_fragment_rows
 from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
@@ -73,7 +73,6 @@ DEFAULT_CHUNK_ROWS = 64 * 1024
 #: Gathers of at least this many rows (the non-filter columns of a filtered scan) run on a
 #: worker thread (Arrow's take releases the GIL), not on the event loop.
 _OFFLOAD_TAKE_ROWS = 16 * 1024
-_POSITION = "__alance_position"
 T = TypeVar("T")
 #: Pieces of a filtered chunk's other columns read ahead of the one being finished.
 _REST_READ_AHEAD = 1
@@ -92,20 +91,12 @@ def row_addresses(fragment_id: int, offsets: np.ndarray) -> pa.Array:
 _OFFLOAD_FILTER_ROWS = 64 * 1024
 
 
-def _filter_batch(batch: pa.RecordBatch, expression: pc.Expression) -> pa.RecordBatch:
-    """The rows of ``batch`` where ``expression`` holds, in order.
-
-    Evaluated by Acero single-threaded on the calling thread (Arrow's own thread pool costs
-    more than it saves for one chunk on a busy machine).
-    """
-    plan = acero.Declaration.from_sequence([
-        acero.Declaration("table_source",
-                          acero.TableSourceNodeOptions(pa.Table.from_batches([batch]))),
-        acero.Declaration("filter", acero.FilterNodeOptions(expression))])
-    result = plan.to_table(use_threads=False)
-    if result.num_rows == 0:
-        return batch.slice(0, 0)
-    return result.combine_chunks().to_batches()[0]
+def _select(head: pa.RecordBatch, expression: pc.Expression, shown: pa.RecordBatch,
+            ) -> tuple[np.ndarray, pa.RecordBatch]:
+    """The positions of the rows of ``head`` that pass ``expression``, and those rows of
+    ``shown`` (the columns of ``head`` that are output)."""
+    positions = matching_rows(head, expression)
+    return positions, select_rows(shown, positions)
 
 
 async def _in_order(jobs: Sequence[Callable[[], Awaitable[T]]], ahead: int) -> list[T]:
@@ -390,31 +381,23 @@ class Scanner:
         if keep is not None:
             head = head.filter(pa.array(keep))
         head = await self._with_system_columns(head, fragment, offsets, dead)
-        if rest:  # remember where each row came from, to fetch its other columns
-            positions = pa.array(np.arange(live, dtype=np.int64))
-            head = pa.RecordBatch.from_arrays([*head.columns, positions],
-                                              schema=head.schema.append(
-                                                  pa.field(_POSITION, pa.int64())))
-        try:
-            if head.num_rows >= _OFFLOAD_FILTER_ROWS and offloading():  # off the event loop
-                selected = await asyncio.get_running_loop().run_in_executor(
-                    decode_pool(), _filter_batch, head, self.filter)
-            else:
-                selected = _filter_batch(head, self.filter)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise InvalidInputError(f"cannot evaluate filter: {exc}") from exc
         names = self._output_names
+        # Only the filter columns that are also output are gathered.
+        shown = head.select([n for n in head.schema.names if n in names])
+        if head.num_rows >= _OFFLOAD_FILTER_ROWS and offloading():  # off the event loop
+            positions, selected = await asyncio.get_running_loop().run_in_executor(
+                decode_pool(), _select, head, self.filter, shown)
+        else:
+            positions, selected = _select(head, self.filter, shown)
         if not rest:
             return [selected.select(names)]
-        positions = selected.column(_POSITION).to_numpy()
         if not selected.num_rows:
             for f in rest:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
             return [selected.select(names)]
         if isinstance(offsets, _Chunk):
-            physical = positions.astype(np.int64) + (chunk.start if chunk.parts is None else 0)
-            if chunk.parts is not None:
-                physical = chunk.rows()[positions].astype(np.int64)
+            physical = (positions + chunk.start if chunk.parts is None
+                        else chunk.rows()[positions].astype(np.int64))
         else:
             physical = offsets[positions].astype(np.int64)
         step = self._rest_rows  # rows of the other columns per read: bounds memory
