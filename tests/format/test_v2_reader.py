@@ -430,6 +430,47 @@ def test_gather_ranges_matches_slices(starts: list[int], lengths: list[int]) -> 
         gather_ranges(data, np.array(starts) + 115, np.array(lengths))
 
 
+@pytest.mark.parametrize("order", ["sorted", "touching", "with_empty", "unsorted", "overlapping"])
+def test_gather_ranges_of_many_short_ranges(order: str) -> None:
+    """Many short ranges in order are copied by one Arrow take over the gaps and ranges;
+    out of order or overlapping ones by index arithmetic: the same bytes either way."""
+    from alance.format.v2 import kernels
+
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 20_000, dtype=np.uint8)
+    k = 3 * kernels.SPAN_TAKE_RANGES
+    lengths = rng.integers(0 if order == "with_empty" else 1, 40, k)
+    gaps = np.zeros(k, np.int64) if order == "touching" else rng.integers(1, 30, k)
+    starts = np.cumsum(lengths + gaps) - lengths
+    if order == "unsorted":
+        perm = rng.permutation(k)
+        starts, lengths = starts[perm], lengths[perm]
+    if order == "overlapping":
+        starts = starts - lengths // 2
+        starts[0] = 0
+    want = np.concatenate([data[s: s + n] for s, n in zip(starts, lengths, strict=True)])
+    got = kernels.gather_ranges(data, starts, lengths)
+    assert got.dtype == np.uint8
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(CorruptFileError):
+        kernels.gather_ranges(data, starts + (len(data) - int(starts.max()) - 1) + 40, lengths)
+
+
+@pytest.mark.parametrize("wb", [1, 2, 4, 8])
+def test_words_at_reads_unaligned_little_endian_words(wb: int) -> None:
+    from alance.format.v2.kernels import words_at
+
+    data = np.random.default_rng(wb).integers(0, 256, 101, dtype=np.uint8)
+    addr = np.array([0, 1, 3, 50, 101 - wb])
+    got = words_at(data, addr, wb)
+    assert got.dtype == np.dtype(f"<u{wb}")
+    assert got.tolist() == [int.from_bytes(data[a: a + wb].tobytes(), "little") for a in addr]
+    for bad in ([101 - wb + 1], [-1]):
+        with pytest.raises(CorruptFileError):
+            words_at(data, np.array(bad), wb)
+    assert words_at(data[:0], np.zeros(0, np.int64), wb).tolist() == []
+
+
 @pytest.mark.parametrize("n_codes", [70_001, 70_000])
 def test_fsst_pair_decoding_matches_single_codes(n_codes: int) -> None:
     """Long escape-free data is expanded two codes at a time; string boundaries may fall

@@ -28,6 +28,7 @@ from alance.format.v2.kernels import (
     range_indices,
     strided_rows,
     unpack_fastlanes,
+    words_at,
 )
 
 
@@ -202,9 +203,8 @@ def _variable_picked(bufs: ChunkBufs, counts: np.ndarray, pick: np.ndarray,
     offsets count from the chunk's buffer start), then their bytes."""
     chunk, local = _chunk_of(counts, pick)
     at = bufs.starts[chunk] + local * wb
-    idx = (at[:, None] + np.arange(2 * wb)).reshape(-1)
-    both = np.ascontiguousarray(bufs.data[idx]).view(f"<u{wb}").astype(np.int64)
-    begin, end = both[0::2], both[1::2]
+    begin = words_at(bufs.data, at, wb).astype(np.int64)
+    end = words_at(bufs.data, at + wb, wb).astype(np.int64)
     if np.any(end < begin) or np.any(end > bufs.sizes[chunk]):
         raise CorruptFileError("variable mini-block offsets point outside the chunk")
     lens = end - begin

@@ -51,9 +51,34 @@ def gather_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return np.concatenate([data[s: s + n] for s, n in
                                zip(starts.tolist(), lengths.tolist(), strict=True)],
                               out=pooled_empty(total, data.dtype))
+    if (len(starts) >= SPAN_TAKE_RANGES and data.dtype == np.uint8 and data.ndim == 1
+            and bool((starts[1:] >= starts[:-1] + lengths[:-1]).all())):
+        return _gather_spans(data, starts, lengths, total)
     ends = np.cumsum(lengths)
     shift = np.repeat(starts - (ends - lengths), lengths)
     return data[np.arange(total, dtype=np.int64) + shift]
+
+
+#: From this many short byte ranges on (in order, not overlapping), :func:`gather_ranges`
+#: copies them with one Arrow take (a few ns per range) rather than by index arithmetic
+#: (a few ns per byte).
+SPAN_TAKE_RANGES = 64
+
+
+def _gather_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                  total: int) -> np.ndarray:
+    """:func:`gather_ranges` of ordered, disjoint byte ranges: ``data`` seen as one binary
+    array whose items are, in turn, the gap before a range and the range itself (no copy),
+    of which Arrow's take keeps the ranges."""
+    k = len(starts)
+    bounds = np.empty(2 * k + 2, np.int64)
+    bounds[0], bounds[-1] = 0, len(data)
+    bounds[1:-1:2] = starts
+    np.add(starts, lengths, out=bounds[2:-1:2])
+    items = pa.Array.from_buffers(pa.large_binary(), 2 * k + 1,
+                                  [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    taken = items.take(pa.array(np.arange(1, 2 * k, 2, dtype=np.int64)))
+    return np.frombuffer(taken.buffers()[2], np.uint8, count=total)
 
 
 def _gather_strided(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
@@ -245,8 +270,23 @@ def fastlanes_at_widths(data: np.ndarray, block_start: np.ndarray, pos: np.ndarr
 
 
 def _words_at(data: np.ndarray, addr: np.ndarray, wb: int, dtype: type) -> np.ndarray:
-    raw = data[addr[:, None] + np.arange(wb)]
-    return np.ascontiguousarray(raw).view(f"<u{wb}").reshape(-1).astype(dtype, copy=False)
+    return words_at(data, addr, wb).astype(dtype, copy=False)
+
+
+def words_at(data: np.ndarray, addr: np.ndarray, wb: int) -> np.ndarray:
+    """The little-endian unsigned ``wb``-byte word at each byte position ``addr`` of the
+    byte array ``data`` (aligned or not): one gather over a view in which every byte starts
+    a word (the words overlap; nothing is copied but the words picked)."""
+    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    count = len(data) - wb + 1
+    if count <= 0:
+        if len(addr):
+            raise CorruptFileError("a buffer range runs past the end of its data")
+        return np.zeros(0, f"<u{wb}")
+    if len(addr) and (int(addr.min()) < 0 or int(addr.max()) >= count):
+        raise CorruptFileError("a buffer range runs past the end of its data")
+    words = np.ndarray((count,), dtype=f"<u{wb}", buffer=data, strides=(1,))
+    return words[addr]
 
 
 def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -549,4 +589,4 @@ def decompress(scheme: int, buf: bytes | memoryview | np.ndarray) -> bytes:
 
 
 __all__ = ["BLOCK", "UINT", "decompress", "fastlanes_at", "fsst_decode", "fsst_symbols",
-           "gather_ranges", "range_indices", "unpack_fastlanes"]
+           "gather_ranges", "range_indices", "unpack_fastlanes", "words_at"]
