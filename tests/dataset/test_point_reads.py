@@ -237,10 +237,10 @@ async def test_take_and_slices_match_pylance(tmp_path: Path, mixed_table: pa.Tab
     by_rows = 0
     read_rows = v20_rows.read_rows
 
-    def counting(*args):
+    def counting(*args, **kwargs):
         nonlocal by_rows
         by_rows += 1
-        return (yield from read_rows(*args))
+        return (yield from read_rows(*args, **kwargs))
 
     monkeypatch.setattr(v20_rows, "read_rows", counting)
     n = MIXED_ROWS

@@ -456,6 +456,25 @@ def test_gather_ranges_of_many_short_ranges(order: str) -> None:
         kernels.gather_ranges(data, starts + (len(data) - int(starts.max()) - 1) + 40, lengths)
 
 
+def test_fixed_at_and_merged_runs() -> None:
+    from alance.format.v2.kernels import fixed_at
+    from alance.format.v2.v20_rows import merge_runs
+
+    data = np.arange(100, dtype=np.uint8)
+    assert fixed_at(data, np.array([5, 0, 97]), 3).tolist() == [5, 6, 7, 0, 1, 2, 97, 98, 99]
+    with pytest.raises(CorruptFileError):
+        fixed_at(data, np.array([98]), 3)
+    starts, ends = np.array([0, 10, 12, 50, 200]), np.array([4, 12, 20, 60, 210])
+    ranges, at = merge_runs(starts, ends, gap=8)
+    assert ranges == [(0, 20), (50, 60), (200, 210)]
+    assert at.tolist() == [0, 10, 12, 20, 30]
+    ranges, at = merge_runs(starts, ends, gap=0)  # touching ranges still join
+    assert ranges == [(0, 4), (10, 20), (50, 60), (200, 210)]
+    assert at.tolist() == [0, 4, 6, 14, 24]
+    overlapping, at = merge_runs(np.array([0, 3]), np.array([5, 9]), gap=0)
+    assert overlapping == [(0, 9)] and at.tolist() == [0, 3]
+
+
 @pytest.mark.parametrize("wb", [1, 2, 4, 8])
 def test_words_at_reads_unaligned_little_endian_words(wb: int) -> None:
     from alance.format.v2.kernels import words_at

@@ -162,10 +162,10 @@ async def _take_v20(plans: dict[int, list[_Page]], by_id: dict[int, LanceField],
     in lockstep, each step's ranges of every file fetched in one round; then one Arrow array
     per column."""
     items = [(fid, page) for fid, pages in plans.items() for page in pages]
-    results = await _drive([(page.reader, v20_rows.read_rows(page.encoding,
-                                                             page.file.column(page.key[0])
-                                                             .pages[page.key[1]].buffers,
-                                                             page.rows))
+    # Rows closer than the store always reads through are asked for as one range.
+    results = await _drive([(page.reader, v20_rows.read_rows(
+        page.encoding, page.file.column(page.key[0]).pages[page.key[1]].buffers, page.rows,
+        gap=min(page.reader.store.coalesce_bytes, MIN_COALESCE_GAP)))
                             for _, page in items], offload=n_rows > INLINE_TAKE_ROWS)
     out: dict[int, pa.Array] = {}
     for fid in plans:

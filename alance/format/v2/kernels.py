@@ -273,6 +273,19 @@ def _words_at(data: np.ndarray, addr: np.ndarray, wb: int, dtype: type) -> np.nd
     return words_at(data, addr, wb).astype(dtype, copy=False)
 
 
+def fixed_at(data: np.ndarray, addr: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each byte position ``addr`` of the byte array ``data``, back to
+    back (one gather of ``width``-byte items over a view in which every byte starts one)."""
+    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    count = len(data) - width + 1
+    if len(addr) and (count <= 0 or int(addr.min()) < 0 or int(addr.max()) >= count):
+        raise CorruptFileError("a buffer range runs past the end of its data")
+    if not len(addr):
+        return np.zeros(0, np.uint8)
+    items = np.ndarray((count,), dtype=f"V{width}", buffer=data, strides=(1,))
+    return items[addr].view(np.uint8).reshape(-1)
+
+
 def words_at(data: np.ndarray, addr: np.ndarray, wb: int) -> np.ndarray:
     """The little-endian unsigned ``wb``-byte word at each byte position ``addr`` of the
     byte array ``data`` (aligned or not): one gather over a view in which every byte starts
@@ -588,5 +601,5 @@ def decompress(scheme: int, buf: bytes | memoryview | np.ndarray) -> bytes:
     raise UnsupportedFeatureError(f"general compression scheme {scheme} is not supported")
 
 
-__all__ = ["BLOCK", "UINT", "decompress", "fastlanes_at", "fsst_decode", "fsst_symbols",
-           "gather_ranges", "range_indices", "unpack_fastlanes", "words_at"]
+__all__ = ["BLOCK", "UINT", "decompress", "fastlanes_at", "fixed_at", "fsst_decode",
+           "fsst_symbols", "gather_ranges", "range_indices", "unpack_fastlanes", "words_at"]

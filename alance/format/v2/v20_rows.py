@@ -20,7 +20,7 @@ from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError
 from alance.format.legacy.plan import Plan
 from alance.format.v2.blocks import Block, Fixed, Variable
-from alance.format.v2.kernels import range_indices
+from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices
 
 Buffers = Sequence[tuple[int, int]]  # (file position, size) of each page buffer
 
@@ -86,13 +86,38 @@ def _buffer(bufs: Buffers, ref: pb.Buffer) -> tuple[int, int]:
     return bufs[ref.buffer_index]
 
 
-def _fixed_ranges(buf: tuple[int, int], width: int, rows: np.ndarray,
-                  ) -> list[tuple[int, int]]:
+def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
+               ) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Byte ranges sorted by start (neighbours may overlap) with those at most ``gap`` bytes
+    apart read as one: the ranges to read, and where each given range starts in their
+    bytes laid end to end."""
+    if not len(starts):
+        return [], np.zeros(0, np.int64)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] - np.maximum.accumulate(ends)[:-1] > gap
+    group = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    m_start = starts[first]
+    m_end = np.maximum.reduceat(ends, first)
+    base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
+    at = base[group] + starts - m_start[group]
+    return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), at
+
+
+def _fixed_rows(buf: tuple[int, int], width: int, rows: np.ndarray, gap: int,
+                ) -> Plan[np.ndarray]:
+    """The ``width`` bytes of each of ``rows`` of a plain buffer, back to back: one range per
+    run of rows, runs closer than ``gap`` bytes read as one and the rows picked out."""
     pos, size = buf
     first, end = runs(rows)
     if len(end) and int(end[-1]) * width > size:
         raise CorruptFileError("2.0 page buffer is shorter than its rows")
-    return list(zip((pos + first * width).tolist(), (pos + end * width).tolist(), strict=True))
+    ranges, at = merge_runs(pos + first * width, pos + end * width, gap)
+    data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+    if len(ranges) == len(first):  # nothing merged: exactly the rows' bytes, in order
+        return data
+    run_of_row = np.repeat(np.arange(len(first)), end - first)
+    return fixed_at(data, at[run_of_row] + (rows - first[run_of_row]) * width, width)
 
 
 def _flat_values(enc: pb.ArrayEncoding) -> pb.Flat | None:
@@ -104,37 +129,36 @@ def _flat_values(enc: pb.ArrayEncoding) -> pb.Flat | None:
     return enc.flat if _fixed_bytes(enc) else None
 
 
-def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
+def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int = 0,
               ) -> Plan[tuple[Block, np.ndarray | None]]:
     """The values of page-local ``rows`` (sorted, unique) and their validity (None: all
-    valid). ``enc`` must be :func:`supported`."""
+    valid). ``enc`` must be :func:`supported`. Byte ranges at most ``gap`` bytes apart are
+    read as one (a dense take then reads a few long ranges, not one or two per row)."""
     which = enc.WhichOneof("array_encoding")
     n = len(rows)
     if which == "nullable":
         kind = enc.nullable.WhichOneof("nullability")
         if kind == "no_nulls":
-            block, _ = yield from read_rows(enc.nullable.no_nulls.values, bufs, rows)
+            block, _ = yield from read_rows(enc.nullable.no_nulls.values, bufs, rows, gap)
             return block, None
         some = enc.nullable.some_nulls
         pos, size = _buffer(bufs, some.validity.flat.buffer)
-        # The bitmap bytes of each run of rows, fetched run by run (neighbours may share a
-        # byte; the IO layer merges overlapping ranges).
+        # The bitmap bytes of each run of rows (neighbours may share a byte).
         first, end = runs(rows)
         b_first, b_end = first >> 3, ((end - 1) >> 3) + 1
         if len(b_end) and int(b_end[-1]) > size:
             raise CorruptFileError("2.0 validity buffer is shorter than its rows")
-        got = yield list(zip((pos + b_first).tolist(), (pos + b_end).tolist(), strict=True))
-        bits = _joined(got)
+        ranges, run_at = merge_runs(pos + b_first, pos + b_end, gap)
+        bits = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
         run_of_row = np.repeat(np.arange(len(first)), end - first)
-        base = np.concatenate(([0], np.cumsum(b_end - b_first)[:-1]))
-        at = base[run_of_row] + (rows >> 3) - b_first[run_of_row]
+        at = run_at[run_of_row] + (rows >> 3) - b_first[run_of_row]
         valid = ((bits[at] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
-        block, _ = yield from read_rows(some.values, bufs, rows)
+        block, _ = yield from read_rows(some.values, bufs, rows, gap)
         return block, valid
     if which == "flat":
         width = int(enc.flat.bits_per_value) // 8
-        got = yield _fixed_ranges(_buffer(bufs, enc.flat.buffer), width, rows)
-        return Fixed.from_bytes(_joined(got), width * 8, n), None
+        raw = yield from _fixed_rows(_buffer(bufs, enc.flat.buffer), width, rows, gap)
+        return Fixed.from_bytes(raw, width * 8, n), None
     if which == "fixed_size_list":
         dim = int(enc.fixed_size_list.dimension)
         items_enc = enc.fixed_size_list.items
@@ -151,8 +175,14 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
             item_rows = np.arange(int(rows[0]) * dim, (int(rows[-1]) + 1) * dim,
                                   dtype=np.int64)
         else:
+            flat = _flat_values(items_enc)
+            if flat is not None:  # each row's items are one run of bytes: a row of dim items
+                width = int(flat.bits_per_value) // 8 * dim
+                at, size = _buffer(bufs, flat.buffer)
+                raw = yield from _fixed_rows((at, size), width, rows, gap)
+                return Fixed(raw.reshape(n, width), width * 8), None
             item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
-        items, items_valid = yield from read_rows(items_enc, bufs, item_rows)
+        items, items_valid = yield from read_rows(items_enc, bufs, item_rows, gap)
         if not isinstance(items, Fixed) or items.bits % 8:
             raise CorruptFileError("2.0 fixed-size list items are not whole bytes")
         width = items.bits // 8 * dim
@@ -160,14 +190,14 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray,
                       else items_valid.reshape(n, dim))
         return Fixed(items.as_bytes().reshape(n, width), width * 8, item_valid), None
     if which == "binary":
-        return (yield from _binary_rows(enc.binary, bufs, rows))
+        return (yield from _binary_rows(enc.binary, bufs, rows, gap))
     if which == "constant":
         value = np.frombuffer(enc.constant.value, np.uint8)
         return Fixed.from_bytes(np.tile(value, n), len(value) * 8, n), None
     raise CorruptFileError(f"2.0 encoding {which!r} cannot be read by row")
 
 
-def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
+def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray, gap: int,
                  ) -> Plan[tuple[Block, np.ndarray | None]]:
     # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0). Runs of rows
     # are maximal, so extending each run back by one row keeps them sorted and disjoint.
@@ -176,7 +206,7 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
     first, end = runs(rows)
     lo = np.maximum(first - 1, 0)
     need = range_indices(lo, end - lo)
-    ends_block, _ = yield from read_rows(enc.indices, bufs, need)
+    ends_block, _ = yield from read_rows(enc.indices, bufs, need, gap)
     if not isinstance(ends_block, Fixed) or ends_block.bits != 64:
         raise CorruptFileError("2.0 binary offsets are not 64-bit")
     ends = ends_block.values.astype(np.int64)
@@ -196,10 +226,16 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray,
     r_start = start[np.concatenate(([0], brk))] if len(rows) else start
     r_stop = stop[np.concatenate((brk - 1, [len(rows) - 1]))] if len(rows) else stop
     keep = r_stop > r_start
-    ranges = list(zip((pos + r_start[keep]).tolist(), (pos + r_stop[keep]).tolist(),
-                      strict=True))
-    got = yield ranges
-    data = _joined(got) if ranges else np.zeros(0, np.uint8)
+    # Runs closer than ``gap`` are read as one range; the values are then picked out.
+    ranges, at = merge_runs(pos + r_start[keep], pos + r_stop[keep], gap)
+    data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+    if len(ranges) < len(at):
+        run_of_row = np.zeros(len(rows), np.int64)
+        run_of_row[brk] = 1
+        run_of_row = np.cumsum(run_of_row)
+        kept = np.maximum(np.cumsum(keep) - 1, 0)[run_of_row]
+        value_at = np.where(lens > 0, at[kept] + start - r_start[run_of_row], 0)
+        data = gather_ranges(data, value_at, lens)
     offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
     return Variable(offsets, data), (~null if null.any() else None)
 
