@@ -86,6 +86,11 @@ def _buffer(bufs: Buffers, ref: pb.Buffer) -> tuple[int, int]:
     return bufs[ref.buffer_index]
 
 
+#: From this many byte ranges on, :func:`merge_runs` joins close ones (fewer are left to the
+#: store, whose coalescing costs less than picking rows out of a joined read).
+MERGE_MIN_RANGES = 64
+
+
 def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
                ) -> tuple[list[tuple[int, int]], np.ndarray]:
     """Byte ranges sorted by start (neighbours may overlap) with those at most ``gap`` bytes
@@ -93,6 +98,10 @@ def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
     bytes laid end to end."""
     if not len(starts):
         return [], np.zeros(0, np.int64)
+    if len(starts) < MERGE_MIN_RANGES:  # a few: as they are (the store coalesces them)
+        lengths = ends - starts
+        return (list(zip(starts.tolist(), ends.tolist(), strict=True)),
+                np.concatenate(([0], np.cumsum(lengths)[:-1])))
     new = np.ones(len(starts), dtype=bool)
     new[1:] = starts[1:] - np.maximum.accumulate(ends)[:-1] > gap
     group = np.cumsum(new) - 1
