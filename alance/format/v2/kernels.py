@@ -71,6 +71,7 @@ def _gather_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     array whose items are, in turn, the gap before a range and the range itself (no copy),
     of which Arrow's take keeps the ranges."""
     k = len(starts)
+    data = np.ascontiguousarray(data)  # (Arrow wraps contiguous memory only)
     bounds = np.empty(2 * k + 2, np.int64)
     bounds[0], bounds[-1] = 0, len(data)
     bounds[1:-1:2] = starts
