@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
+from alance.format.v2.kernels import fixed_at
 
 __all__ = ["BULK_MIN_VALUES", "array_to_text", "bulk_text"]
 
@@ -56,10 +57,7 @@ def _windows(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     ``width``-byte items to view as numbers."""
     if len(data) < width:
         return np.zeros(len(pos), f"V{width}")
-    # Every window of ``data`` as one item (overlapping, no copy): one gather for all.
-    items = np.ndarray((len(data) - width + 1,), dtype=f"V{width}",
-                       buffer=np.ascontiguousarray(data), strides=(1,))
-    return items[pos]
+    return fixed_at(data, pos, width).view(f"V{width}")
 
 
 def _u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:

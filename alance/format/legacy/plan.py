@@ -125,12 +125,21 @@ def _merge(ranges: Sequence[Range], gap: int) -> tuple[list[Range], list[int], l
             group[i] = len(merged) - 1
         return merged, group, offset
     arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-    starts, ends = arr[:, 0], arr[:, 1]
-    group_arr = np.full(len(arr), -1, dtype=np.int64)
-    offset_arr = np.zeros(len(arr), dtype=np.int64)
+    g_start, g_end, group_arr, offset_arr = merge_range_arrays(arr[:, 0], arr[:, 1], gap)
+    merged_list = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
+    return merged_list, group_arr.tolist(), offset_arr.tolist()
+
+
+def merge_range_arrays(starts: np.ndarray, ends: np.ndarray, gap: int,
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`merge_ranges` over arrays of starts and ends: the merged starts and ends, and
+    for each range its merged range (-1 for an empty range) and its offset there."""
+    group_arr = np.full(len(starts), -1, dtype=np.int64)
+    offset_arr = np.zeros(len(starts), dtype=np.int64)
     idx = np.flatnonzero(ends > starts)
     if len(idx) == 0:
-        return [], group_arr.tolist(), offset_arr.tolist()
+        empty = np.zeros(0, np.int64)
+        return empty, empty, group_arr, offset_arr
     order = idx[np.argsort(starts[idx], kind="stable")]
     sorted_starts, sorted_ends = starts[order], ends[order]
     reach_arr = np.maximum.accumulate(sorted_ends)
@@ -141,8 +150,7 @@ def _merge(ranges: Sequence[Range], gap: int) -> tuple[list[Range], list[int], l
     g_end = np.maximum.reduceat(sorted_ends, np.flatnonzero(new_group))
     group_arr[order] = gid
     offset_arr[order] = sorted_starts - g_start[gid]
-    merged_list = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
-    return merged_list, group_arr.tolist(), offset_arr.tolist()
+    return g_start, g_end, group_arr, offset_arr
 
 
 def _check_ranges(request: Sequence[Range], file_size: int) -> None:
@@ -194,4 +202,5 @@ def coalesced(plan: Plan[T], *, file_size: int) -> Plan[T]:
             return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["Plan", "Range", "coalesced", "fetch_from", "gather", "merge_ranges", "run_plan"]
+__all__ = ["Plan", "Range", "coalesced", "fetch_from", "gather", "merge_range_arrays",
+           "merge_ranges", "run_plan"]

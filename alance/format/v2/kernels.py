@@ -291,16 +291,7 @@ def words_at(data: np.ndarray, addr: np.ndarray, wb: int) -> np.ndarray:
     """The little-endian unsigned ``wb``-byte word at each byte position ``addr`` of the
     byte array ``data`` (aligned or not): one gather over a view in which every byte starts
     a word (the words overlap; nothing is copied but the words picked)."""
-    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    count = len(data) - wb + 1
-    if count <= 0:
-        if len(addr):
-            raise CorruptFileError("a buffer range runs past the end of its data")
-        return np.zeros(0, f"<u{wb}")
-    if len(addr) and (int(addr.min()) < 0 or int(addr.max()) >= count):
-        raise CorruptFileError("a buffer range runs past the end of its data")
-    words = np.ndarray((count,), dtype=f"<u{wb}", buffer=data, strides=(1,))
-    return words[addr]
+    return fixed_at(data, addr, wb).view(f"<u{wb}")
 
 
 def fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:

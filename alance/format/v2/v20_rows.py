@@ -18,7 +18,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError
-from alance.format.legacy.plan import Plan
+from alance.format.legacy.plan import Plan, merge_range_arrays
 from alance.format.v2.blocks import Block, Fixed, Variable
 from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices
 
@@ -102,15 +102,10 @@ def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
         lengths = ends - starts
         return (list(zip(starts.tolist(), ends.tolist(), strict=True)),
                 np.concatenate(([0], np.cumsum(lengths)[:-1])))
-    new = np.ones(len(starts), dtype=bool)
-    new[1:] = starts[1:] - np.maximum.accumulate(ends)[:-1] > gap
-    group = np.cumsum(new) - 1
-    first = np.flatnonzero(new)
-    m_start = starts[first]
-    m_end = np.maximum.reduceat(ends, first)
+    m_start, m_end, group, offset = merge_range_arrays(starts, ends, gap)
     base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
-    at = base[group] + starts - m_start[group]
-    return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), at
+    # (the ranges here are never empty, so every one has a merged range)
+    return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), base[group] + offset
 
 
 def _fixed_rows(buf: tuple[int, int], width: int, rows: np.ndarray, gap: int,
@@ -121,6 +116,8 @@ def _fixed_rows(buf: tuple[int, int], width: int, rows: np.ndarray, gap: int,
     first, end = runs(rows)
     if len(end) and int(end[-1]) * width > size:
         raise CorruptFileError("2.0 page buffer is shorter than its rows")
+    if width == 0:  # (zero-width values occupy no bytes)
+        return np.zeros(0, np.uint8)
     ranges, at = merge_runs(pos + first * width, pos + end * width, gap)
     data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
     if len(ranges) == len(first):  # nothing merged: exactly the rows' bytes, in order
