@@ -264,6 +264,21 @@ async def test_take_and_slices_match_pylance(tmp_path: Path, mixed_table: pa.Tab
                     theirs.to_table(limit=limit, offset=offset))
 
 
+@pytest.mark.parametrize("share", [0.4, 0.9])
+@pytest.mark.parametrize("version", ["legacy", "2.0", "2.1"])
+async def test_dense_takes_match_pylance(tmp_path: Path, mixed_table: pa.Table, version: str,
+                                         share: float) -> None:
+    """Takes of most rows: neighbouring rows' bytes are read as one range and the rows
+    picked out of it (legacy and 2.0 row plans), unsorted and repeated rows included."""
+    uri = _write(mixed_table, str(tmp_path / "ds"), version, 777)
+    theirs = lance.dataset(uri)
+    ours = await alance.open_dataset(uri)
+    rng = np.random.default_rng(int(share * 10))
+    idx = rng.choice(MIXED_ROWS, int(MIXED_ROWS * share), replace=False)
+    idx = np.concatenate([idx, idx[:50]])
+    assert_same(await ours.take(idx), theirs.take(idx))
+
+
 # -- b. a take of k rows of a 2.0 file reads about k rows' bytes ----------------------------
 def _file_take(path: Path, idx: list[int], names: list[str],
                ) -> tuple[pa.RecordBatch, list[list[tuple[int, int]]]]:

@@ -23,7 +23,7 @@ from alance.format.v2.container import V2File
 from alance.format.v2.container import open_file as open_v2_file
 from alance.format.v2.reader import V2FileReader
 from alance.io.plans import OFFLOAD_BYTES, run_plan
-from alance.io.store import DatasetStore
+from alance.io.store import MIN_COALESCE_GAP, DatasetStore
 
 T = TypeVar("T")
 
@@ -232,6 +232,10 @@ class DataFileReader:
         if len(rows):
             self._check_rows(int(np.max(rows)) + 1)
         offload = OFFLOAD_BYTES if len(rows) > INLINE_TAKE_ROWS else TAKE_OFFLOAD_BYTES
+        if isinstance(self._reader, LegacyFileReader):
+            # Rows closer than the store always reads through are asked for as one range.
+            gap = min(self.store.coalesce_bytes, MIN_COALESCE_GAP)
+            return await self._run(self._reader.take(rows, schema, gap), offload)
         return await self._run(self._reader.take(rows, schema), offload)
 
     # -- page statistics (v0.1/v0.2 files; 2.x files carry none) -------------------------------

@@ -20,8 +20,9 @@ import pyarrow as pa
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from alance.format.arrow_buffers import aligned_buffer, pooled_concatenate
 from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var_binary
-from alance.format.legacy.plan import Plan, gather
+from alance.format.legacy.plan import Plan, gather, merge_range_arrays
 from alance.format.schema import LanceField
+from alance.format.v2.kernels import gather_ranges
 
 # field id -> int64 array of shape (row groups, 2): (position, length) of its page per group
 PageLookup = Callable[[int], np.ndarray]
@@ -103,11 +104,16 @@ class Spans:
             raise CorruptFileError(f"{what}: a page has fewer values than the file says")
 
 
-def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview | np.ndarray]:
+def _fetch(starts: np.ndarray, ends: np.ndarray, gap: int = 0,
+           ) -> Plan[bytes | memoryview | np.ndarray]:
     """The bytes of the given file ranges, concatenated in order (asked for in one step).
 
-    Back-to-back ranges (contiguous pages of one column) are asked for as one.
+    Back-to-back ranges (contiguous pages of one column) are asked for as one; so are many
+    ranges (a take of many rows) at most ``gap`` bytes apart, the bytes between them read
+    and skipped.
     """
+    if gap > 0 and len(starts) >= MERGE_MIN_RANGES:
+        return (yield from _fetch_merged(starts, ends, gap))
     if len(starts) <= 16:  # plain Python beats numpy's per-call overhead here
         request: list[tuple[int, int]] = []
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
@@ -133,6 +139,26 @@ def _fetch(starts: np.ndarray, ends: np.ndarray) -> Plan[bytes | memoryview | np
         return parts[0]
     # Joined in an array of Arrow's memory pool (reused memory; see pooled_empty).
     return pooled_concatenate([np.frombuffer(p, dtype=np.uint8) for p in parts])
+
+
+#: From this many ranges on, :func:`_fetch` joins those closer than its ``gap``.
+MERGE_MIN_RANGES = 64
+
+
+def _fetch_merged(starts: np.ndarray, ends: np.ndarray, gap: int,
+                  ) -> Plan[bytes | memoryview | np.ndarray]:
+    """:func:`_fetch` of many ranges: those at most ``gap`` bytes apart read as one, then
+    each range picked out of what was read."""
+    m_start, m_end, group, offset = merge_range_arrays(starts, ends, gap)
+    if not len(m_start):
+        return b""
+    parts = yield list(zip(m_start.tolist(), m_end.tolist(), strict=True))
+    joined = (np.frombuffer(parts[0], dtype=np.uint8) if len(parts) == 1 else
+              pooled_concatenate([np.frombuffer(p, dtype=np.uint8) for p in parts]))
+    base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
+    lengths = np.maximum(ends - starts, 0)
+    at = np.where(lengths > 0, base[np.maximum(group, 0)] + offset, 0)  # (empty: group -1)
+    return gather_ranges(joined, at, lengths)
 
 
 def _gather_positions(bases: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -164,7 +190,8 @@ def _from_bits(t: pa.DataType, n: int, bits: np.ndarray) -> pa.Array:
     return pa.array(bits, type=pa.bool_())
 
 
-def _read_plain(t: pa.DataType, pos: np.ndarray, spans: Spans) -> Plan[pa.Array]:
+def _read_plain(t: pa.DataType, pos: np.ndarray, spans: Spans, gap: int = 0,
+                ) -> Plan[pa.Array]:
     """Fixed-stride values (plain encoding); ``pos`` is the page position of each span."""
     n = spans.count
     if _has_bits(t):
@@ -181,14 +208,15 @@ def _read_plain(t: pa.DataType, pos: np.ndarray, spans: Spans) -> Plan[pa.Array]
         bits = allbits[_gather_positions(bases, bit1 - bit0)]
         return _from_bits(t, n, bits)
     w = fixed_bit_width(t) // 8
-    data = yield from _fetch(pos + spans.starts * w, pos + spans.ends * w)
+    data = yield from _fetch(pos + spans.starts * w, pos + spans.ends * w, gap)
     return _from_bytes(t, n, data)
 
 
-def _read_offsets(pos: np.ndarray, width: int, spans: Spans,
+def _read_offsets(pos: np.ndarray, width: int, spans: Spans, gap: int = 0,
                   ) -> Plan[tuple[np.ndarray, np.ndarray]]:
     """(start, end) pairs of every value of ``spans`` from offsets pages of ``width`` bytes."""
-    data = yield from _fetch(pos + spans.starts * width, pos + (spans.ends + 1) * width)
+    data = yield from _fetch(pos + spans.starts * width, pos + (spans.ends + 1) * width,
+                             gap)
     offs = np.frombuffer(data, dtype="<i4" if width == 4 else "<i8").astype(np.int64)
     per_span = spans.ends - spans.starts + 1
     if len(per_span) == 1:
@@ -207,13 +235,13 @@ def _read_offsets(pos: np.ndarray, width: int, spans: Spans,
 
 
 def _read_var_binary(lf: LanceField, t: pa.DataType, pos: np.ndarray, spans: Spans, *,
-                     nullable: bool) -> Plan[pa.Array]:
+                     nullable: bool, gap: int = 0) -> Plan[pa.Array]:
     """Var-binary values: their absolute positions first, then the bytes."""
     n = spans.count
     if n == 0:
         return pa.array([], type=t)
-    starts, ends = yield from _read_offsets(pos, 8, spans)
-    data = yield from _fetch(starts, ends)
+    starts, ends = yield from _read_offsets(pos, 8, spans, gap)
+    data = yield from _fetch(starts, ends, gap)
     lengths = ends - starts
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -252,13 +280,14 @@ def field_type(lf: LanceField) -> pa.DataType:
 
 
 def read_field(lf: LanceField, pages: PageLookup, spans: Spans,
-               dictionaries: Mapping[int, pa.Array]) -> Plan[pa.Array]:
-    """Plan reading the values ``spans`` of one field (and its children) as one array."""
+               dictionaries: Mapping[int, pa.Array], gap: int = 0) -> Plan[pa.Array]:
+    """Plan reading the values ``spans`` of one field (and its children) as one array.
+    ``gap``: many ranges at most this many bytes apart are read as one (a dense take)."""
     t = field_type(lf)
     if spans.count == 0 and not pa.types.is_dictionary(t):
         return pa.array([], type=t)
     if pa.types.is_struct(t):
-        children = yield from gather([read_field(c, pages, spans, dictionaries)
+        children = yield from gather([read_field(c, pages, spans, dictionaries, gap)
                                       for c in lf.children])
         if not lf.children:
             return pa.array([{}] * spans.count, type=t)
@@ -268,9 +297,9 @@ def read_field(lf: LanceField, pages: PageLookup, spans: Spans,
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         spans.check_within(np.maximum(lengths - 1, 0), f"list column {lf.name!r}")
         width = 8 if pa.types.is_large_list(t) else 4
-        starts, ends = yield from _read_offsets(pos, width, spans)
+        starts, ends = yield from _read_offsets(pos, width, spans, gap)
         child_spans = Spans.from_intervals(spans.value_groups(), starts, ends)
-        child = yield from read_field(lf.children[0], pages, child_spans, dictionaries)
+        child = yield from read_field(lf.children[0], pages, child_spans, dictionaries, gap)
         offsets = np.zeros(spans.count + 1, dtype=np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
         off_arr = pa.array(offsets, pa.int64() if width == 8 else pa.int32())
@@ -285,16 +314,17 @@ def read_field(lf: LanceField, pages: PageLookup, spans: Spans,
             raise InvalidInputError(f"dictionary values of column {lf.name!r} were not loaded")
         keys = pa.array([], type=t.index_type)
         if spans.count:
-            keys = yield from _read_plain(t.index_type, pos, spans)
+            keys = yield from _read_plain(t.index_type, pos, spans, gap)
         if len(keys):
             k = keys.to_numpy()
             if k.min() < 0 or k.max() >= len(values):
                 raise CorruptFileError(f"column {lf.name!r}: dictionary key out of range")
         return pa.DictionaryArray.from_arrays(keys, values.cast(t.value_type))
     if is_var_binary(t):
-        return (yield from _read_var_binary(lf, t, pos, spans, nullable=lf.nullable))
+        return (yield from _read_var_binary(lf, t, pos, spans, nullable=lf.nullable,
+                                            gap=gap))
     if is_fixed_stride(t):
-        return (yield from _read_plain(t, pos, spans))
+        return (yield from _read_plain(t, pos, spans, gap))
     raise UnsupportedFeatureError(f"column {lf.name!r}: type {t} is not readable from v0.2 files")
 
 

@@ -210,9 +210,10 @@ class LegacyFileReader:
     def _wrap(self, plan: Plan[T]) -> Plan[T]:
         return coalesced(plan, file_size=self.file.file_size)
 
-    def _plan(self, schema: LanceSchema, spans: Spans) -> Plan[pa.RecordBatch]:
+    def _plan(self, schema: LanceSchema, spans: Spans, gap: int = 0,
+              ) -> Plan[pa.RecordBatch]:
         pages = self.file.page_table.field_pages
-        arrays = yield from gather([read_field(f, pages, spans, self.dictionaries)
+        arrays = yield from gather([read_field(f, pages, spans, self.dictionaries, gap)
                                     for f in schema.fields])
         return pa.RecordBatch.from_arrays(arrays, schema=schema.to_arrow())
 
@@ -227,13 +228,16 @@ class LegacyFileReader:
         return self._wrap(self._plan(schema, spans))
 
     def take(self, rows: Sequence[int] | np.ndarray,
-             projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
-        """Plan reading the given rows (file row offsets, in the order given)."""
+             projection: LanceSchema | Sequence[int] | None = None,
+             gap: int = 0) -> Plan[pa.RecordBatch]:
+        """Plan reading the given rows (file row offsets, in the order given). Many byte
+        ranges at most ``gap`` bytes apart are read as one (a dense take: the caller knows
+        how far apart ranges its store reads through anyway)."""
         schema = _project(self.schema, projection)
         idx = np.asarray(rows, dtype=np.int64).ravel()
         if len(idx) and (idx.min() < 0 or idx.max() >= self.num_rows):
             raise InvalidInputError(f"row offsets out of range 0..{self.num_rows}")
-        return self._wrap(self._take_plan(schema, idx))
+        return self._wrap(self._take_plan(schema, idx, gap))
 
     def read_range(self, start: int, stop: int,
                    projection: LanceSchema | Sequence[int] | None = None) -> Plan[pa.RecordBatch]:
@@ -254,12 +258,14 @@ class LegacyFileReader:
                          np.minimum(stop, off[groups + 1]) - base)
         return self._wrap(self._plan(schema, spans))
 
-    def _take_plan(self, schema: LanceSchema, rows: np.ndarray) -> Plan[pa.RecordBatch]:
+    def _take_plan(self, schema: LanceSchema, rows: np.ndarray, gap: int = 0,
+                   ) -> Plan[pa.RecordBatch]:
         ordered = len(rows) < 2 or bool((rows[1:] > rows[:-1]).all())
         uniq, inverse = (rows, None) if ordered else np.unique(rows, return_inverse=True)
         off = self.file.batch_offsets
         groups = np.searchsorted(off, uniq, side="right") - 1
-        result = yield from self._plan(schema, Spans.from_indices(groups, uniq - off[groups]))
+        result = yield from self._plan(schema, Spans.from_indices(groups, uniq - off[groups]),
+                                       gap)
         if inverse is not None:
             result = result.take(pa.array(inverse.ravel()))
         return result
