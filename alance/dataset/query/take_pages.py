@@ -29,6 +29,7 @@ from alance.dataset.fragments.data_file import (
 )
 from alance.dataset.fragments.read import ReadContext
 from alance.errors import AlanceError, CorruptFileError
+from alance.format.arrow_buffers import pooled_concatenate
 from alance.format.schema import LanceField
 from alance.format.v2 import miniblock, page_take, v20_rows
 from alance.format.v2.blocks import concat_blocks, to_arrow
@@ -318,8 +319,9 @@ async def _fetch(work: dict[int, tuple[list[_Page], page_take.Located]],
     parts: dict[int, list[np.ndarray]] = {fid: [] for fid in work}
     for run in runs:
         parts[run[0]].append(np.frombuffer(data[id(run)], dtype=np.uint8))
-    return {fid: (chunks[0] if len(chunks) == 1 else
-                  np.concatenate(chunks) if chunks else np.zeros(0, np.uint8))
+    # (joined in Arrow's pool: a big take's pages are hundreds of MB, which numpy would
+    # take from fresh kernel memory every time)
+    return {fid: (pooled_concatenate(chunks) if chunks else np.zeros(0, np.uint8))
             for fid, chunks in parts.items()}
 
 
