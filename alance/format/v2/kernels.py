@@ -386,11 +386,17 @@ def fsst_decode_many(tables: list[bytes], table_of: np.ndarray, data: np.ndarray
         on[i] = bool((int.from_bytes(table[:8], "little") >> 24) & 1)
         # A table whose encoder was switched off stores bytes as they are: literals only.
         parsed.append(fsst_symbols(table) if on[i] else _LITERALS)
-    per_byte = np.repeat(np.asarray(table_of, dtype=np.int64), np.diff(offs))
     data = data[int(offs[0]): int(offs[-1])] if len(offs) else data[:0]
-    on_byte = on[per_byte]
-    rows = _expansion_rows(data, (data == 255) & on_byte)
-    rows = np.where(on_byte, rows, 256 + rows) + 512 * per_byte
+    # Which table each code uses (not needed when one table, switched on, serves all).
+    per_byte = (np.repeat(np.asarray(table_of, dtype=np.int32), np.diff(offs))
+                if len(tables) > 1 or not on.all() else None)
+    if per_byte is None:
+        rows = _expansion_rows(data, data == 255)
+    else:
+        on_byte = on[per_byte]
+        rows = _expansion_rows(data, (data == 255) & on_byte)
+        rows = np.where(on_byte, rows, 256 + rows)
+        rows += 512 * per_byte
     offs = offs - (offs[0] if len(offs) else 0)
     parsed = parsed or [_LITERALS]
     if len(rows) <= SMALL_EXPAND_CODES:

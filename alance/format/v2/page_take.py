@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -32,8 +31,10 @@ from alance.format.v2.kernels import (
     UINT,
     fastlanes_at,
     fastlanes_at_widths,
+    fixed_at,
     fsst_decode_many,
     gather_ranges,
+    words_at,
 )
 from alance.format.v2.levels import plan_levels
 from alance.format.v2.miniblock import ALIGN, MiniBlockState
@@ -179,22 +180,21 @@ def decode(located: Located, data: np.ndarray, dtype: pa.DataType) -> pa.Array:
     if what == "flat":
         width = int(kind[2]) // 8
         _check(vsize, counts * width)
-        raw = data[(at + item * width)[:, None] + _arange(width)].reshape(-1)
+        raw = fixed_at(data, at + item * width, width)
         return to_arrow(Fixed.from_bytes(raw, width * 8, n), dtype, None)
     if what == "fsl":
         dim, bits = int(kind[2]), int(kind[3])
         width = dim * bits // 8
         _check(vsize, counts * width)
-        raw = gather_ranges(data, at + item * width, np.full(n, width))
+        raw = fixed_at(data, at + item * width, width)
         return to_arrow(Fixed(raw.reshape(n, width), width * 8), dtype, None)
     if what == "bitpacked":
         return to_arrow(_bitpacked(data, vstart, vsize, counts, row_chunk, item,
                                    int(kind[2])), dtype, None)
     wb = int(kind[2])
     _check(vsize, (counts + 1) * wb)
-    pair = data[(at + item * wb)[:, None] + _arange(2 * wb)]
-    both = np.ascontiguousarray(pair).view(f"<u{wb}").astype(np.int64).reshape(n, 2)
-    begin, end = both[:, 0], both[:, 1]
+    begin = words_at(data, at + item * wb, wb).astype(np.int64)
+    end = words_at(data, at + (item + 1) * wb, wb).astype(np.int64)
     if (end < begin).any() or (end > vsize[row_chunk]).any():
         raise CorruptFileError("variable mini-block offsets point outside the chunk")
     lens = end - begin
@@ -214,8 +214,7 @@ def _value_buffers(data: np.ndarray, start: np.ndarray, size: np.ndarray, wide: 
     hsize = 2 + (4 if wide else 2)
     if (size < hsize).any() or (start + size > len(data)).any():
         raise CorruptFileError("mini-block chunk is shorter than its header")
-    hdr = np.ascontiguousarray(data[start[:, None] + _arange(hsize)][:, 2:])
-    vsize = hdr.view("<u4" if wide else "<u2").reshape(-1).astype(np.int64)
+    vsize = words_at(data, start + 2, hsize - 2).astype(np.int64)
     vstart = start + (hsize + ALIGN - 1) // ALIGN * ALIGN
     if (vstart + vsize > start + size).any():
         raise CorruptFileError("mini-block buffers run past their chunk")
@@ -229,8 +228,7 @@ def _bitpacked(data: np.ndarray, vstart: np.ndarray, vsize: np.ndarray, counts: 
     wb = t // 8
     if (vsize < wb).any() or (counts > BLOCK).any():
         raise CorruptFileError("bit-packed mini-block is malformed")
-    widths = np.ascontiguousarray(data[vstart[:, None] + _arange(wb)]).view(f"<u{wb}")
-    widths = widths.reshape(-1).astype(np.int64)
+    widths = words_at(data, vstart, wb).astype(np.int64)
     if (widths > t).any() or (wb * (1 + widths * (BLOCK // t)) > vsize).any():
         raise CorruptFileError("bit-packed mini-block is malformed")
     row_width = widths[row_chunk]
@@ -252,11 +250,6 @@ def _tables(layouts: Sequence[pb.MiniBlockLayout]) -> tuple[list[bytes], np.ndar
 def _check(vsize: np.ndarray, need: np.ndarray) -> None:
     if (need > vsize).any():
         raise CorruptFileError("mini-block value buffer is too short for its values")
-
-
-@cache
-def _arange(n: int) -> np.ndarray:
-    return np.arange(n, dtype=np.int64)
 
 
 __all__ = ["Kind", "Located", "decode", "kind_of", "locate"]
