@@ -23,6 +23,7 @@ from alance.format.v2.kernels import (
     UINT,
     decompress,
     fastlanes_at,
+    fixed_at,
     fsst_symbols,
     gather_ranges,
     range_indices,
@@ -98,8 +99,7 @@ def _fixed_from_chunks(bufs: ChunkBufs, counts: np.ndarray, bits: int,
     if pick is not None:
         chunk, pos = _chunk_of(counts, pick)
         at = bufs.starts[chunk] + pos * width
-        raw = bufs.data[(at[:, None] + np.arange(width)).reshape(-1)]
-        return Fixed.from_bytes(raw, bits, len(pick))
+        return Fixed.from_bytes(fixed_at(bufs.data, at, width), bits, len(pick))
     raw = gather_ranges(bufs.data, bufs.starts, need)
     return Fixed.from_bytes(raw, bits, int(counts.sum()))
 

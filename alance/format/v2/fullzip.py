@@ -14,7 +14,13 @@ import numpy as np
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.v2.blocks import Block, Fixed, StructValues, Variable
-from alance.format.v2.kernels import decompress, fsst_decode, gather_ranges
+from alance.format.v2.kernels import (
+    decompress,
+    fixed_at,
+    fsst_decode,
+    gather_ranges,
+    words_at,
+)
 from alance.format.v2.leaf import LeafData
 from alance.format.v2.levels import plan_levels, unravel
 
@@ -170,7 +176,7 @@ def _variable_packed(enc: pb.VariablePackedStruct, raw: np.ndarray,
             if len(ptr) and (ptr + width > end).any():
                 raise CorruptFileError("packed struct field runs past its row")
             out = np.zeros((n, width), np.uint8)
-            out[present] = raw[(ptr[:, None] + np.arange(width)).reshape(-1)].reshape(-1, width)
+            out[present] = fixed_at(raw, ptr, width).reshape(-1, width)
             fields.append(Fixed.from_bytes(out.reshape(-1), width * 8, n))
             ptr = ptr + width
         elif kind == "bits_per_length" and value in ("variable", "fsst") \
@@ -178,8 +184,7 @@ def _variable_packed(enc: pb.VariablePackedStruct, raw: np.ndarray,
             lw = int(f.bits_per_length) // 8
             if len(ptr) and (ptr + lw > end).any():
                 raise CorruptFileError("packed struct field length runs past its row")
-            lens = raw[(ptr[:, None] + np.arange(lw)).reshape(-1)].reshape(-1, lw)
-            length = np.ascontiguousarray(lens).view(f"<u{lw}").reshape(-1).astype(np.int64)
+            length = words_at(raw, ptr, lw).astype(np.int64)
             if len(ptr) and ((length < 0).any() or (ptr + lw + length > end).any()):
                 raise CorruptFileError("packed struct field runs past its row")
             data = gather_ranges(raw, ptr + lw, length)
