@@ -58,6 +58,8 @@ DEFAULT_PART_SIZE = 8 * 1024 * 1024
 #: Ranges closer than this are fetched with one request (local files: a page-cache copy of
 #: the gap costs more than another call; cloud stores use a far larger gap).
 DEFAULT_COALESCE_BYTES = 4 * 1024
+#: Up to this many ranges of a local file are coalesced in plain Python, not numpy.
+FEW_RANGES = 32
 #: Bytes read from the end of a data or index file to open it: its footer and, usually, all
 #: its metadata (a bigger tail saves a second request where each costs a round trip).
 DEFAULT_TAIL_BYTES = 16 * 1024
@@ -411,6 +413,8 @@ class DatasetStore:
         buffer of its own, and each range answered by a view of its piece (no per-range
         buffers, searches or copies: a take may ask for tens of thousands of ranges)."""
         n = len(ranges)
+        if n <= FEW_RANGES:
+            return await self._read_few(key, ranges)
         bounds = np.array(ranges, dtype=np.int64).reshape(n, 2)
         size = np.maximum(bounds[:, 1] - bounds[:, 0], 0)
         live = np.flatnonzero(size)
@@ -436,6 +440,33 @@ class DatasetStore:
         views = [memoryview(b) for b in bufs]
         return [views[p][o: o + k] if k else b"" for p, o, k in zip(
             piece.tolist(), offset.tolist(), size.tolist(), strict=True)]
+
+    async def _read_few(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
+        """:meth:`_read_joined` of a few ranges (a scan's page buffers), in plain Python: for
+        so few, numpy's set-up costs more than the work."""
+        live = sorted((s, e, i) for i, (s, e) in enumerate(ranges) if e > s)
+        if not live:
+            return [b""] * len(ranges)
+        p_start: list[int] = []
+        p_end: list[int] = []
+        where: list[tuple[int, int, int, int]] = []  # (range index, piece, start, end)
+        for s, e, i in live:
+            if not p_end or s > p_end[-1] + self.coalesce_bytes:
+                p_start.append(s)
+                p_end.append(e)
+            elif e > p_end[-1]:
+                p_end[-1] = e
+            where.append((i, len(p_start) - 1, s, e))
+        assert isinstance(self.backend, ObstoreBackend)
+        bufs = await self.backend.read_local(key, p_start, p_end, joined=False)
+        assert bufs is not None  # (a backend that joins ranges always reads them)
+        _count(1, len(p_start), sum(e - s for s, e in zip(p_start, p_end, strict=True)))
+        views = [memoryview(b) for b in bufs]
+        out: list[Buffer] = [b""] * len(ranges)
+        for i, p, s, e in where:
+            base = p_start[p]
+            out[i] = views[p][s - base:e - base]
+        return out
 
     @property
     def joins_ranges(self) -> bool:

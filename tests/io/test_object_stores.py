@@ -145,3 +145,24 @@ async def test_a_kept_local_range_holds_only_its_own_piece(tmp_path) -> None:
     assert len(memoryview(holder)) == 100  # its piece (0..100, which also answers 10..20)
     assert memoryview(got[2]).obj is holder
     assert len(memoryview(memoryview(got[1]).obj)) == 2_000_000
+
+
+@pytest.mark.parametrize("few", [True, False])
+async def test_local_ranges_any_order_overlapping_empty(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                       few: bool) -> None:
+    """A few ranges are coalesced in plain Python, many with numpy: the same answers for
+    ranges out of order, overlapping, repeated, empty and touching, and the same pieces."""
+    import numpy as np
+
+    from alance.io import store as store_mod
+
+    monkeypatch.setattr(store_mod, "FEW_RANGES", 1000 if few else 0)
+    data = np.random.default_rng(6).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    store = open_store(str(tmp_path))
+    ranges = [(50_000, 60_000), (10, 20), (15, 30), (10, 20), (7, 7), (30, 40),
+              (99_000, 100_000), (5_000, 5_001), (0, 0)]
+    got = await store.get_ranges("f.bin", ranges)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
+    assert memoryview(got[1]).obj is memoryview(got[5]).obj  # 10..40: one piece
+    assert memoryview(got[0]).obj is not memoryview(got[6]).obj  # 39 KB apart: two

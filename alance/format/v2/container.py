@@ -16,6 +16,7 @@ Nothing here does IO: :func:`open_file` is a read plan (see :mod:`alance.format.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,11 +104,15 @@ class ColumnInfo:
     pages: list[PageInfo]
     buffers: list[tuple[int, int]]
     page_starts: np.ndarray  # first row of every page, plus the total
+    _starts: list[int] = field(init=False, repr=False)  # the same, for bisect (per range)
+
+    def __post_init__(self) -> None:
+        self._starts = self.page_starts.tolist()
 
     def pages_for(self, start: int, end: int) -> range:
         """Indices of the pages overlapping rows ``[start, end)``."""
-        first = int(np.searchsorted(self.page_starts, start, side="right")) - 1
-        last = int(np.searchsorted(self.page_starts, end, side="left"))
+        first = bisect_right(self._starts, start) - 1
+        last = bisect_left(self._starts, end)
         return range(max(first, 0), min(last, len(self.pages)))
 
 

@@ -237,8 +237,9 @@ def _leaf(file: V2File, column: int, dtype: pa.DataType, rows: Rows20) -> Plan[p
     plans = []
     for _, page in pages:
         lo, hi = page.first_row, page.first_row + page.num_rows
+        local: v20_rows.Rows
         if rows.wanted is None:
-            local = np.arange(max(rows.lo, lo) - lo, min(rows.hi, hi) - lo, dtype=np.int64)
+            local = range(max(rows.lo, lo) - lo, min(rows.hi, hi) - lo)
         else:
             a, b = np.searchsorted(rows.wanted, [lo, hi])
             local = rows.wanted[a:b].astype(np.int64) - lo

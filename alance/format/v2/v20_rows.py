@@ -23,6 +23,9 @@ from alance.format.v2.blocks import Block, Fixed, Variable
 from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices
 
 Buffers = Sequence[tuple[int, int]]  # (file position, size) of each page buffer
+#: Page-local rows, sorted and unique: an array, or a ``range`` (step 1) for a run of rows,
+#: which range scans ask for and which is never materialised as an index per row.
+Rows = np.ndarray | range
 
 
 def supported(enc: pb.ArrayEncoding) -> bool:
@@ -62,8 +65,11 @@ def _fixed_bytes(enc: pb.ArrayEncoding) -> int:
     return 0
 
 
-def runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def runs(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique ``rows`` as runs of consecutive values: ``(first, end)`` per run."""
+    if isinstance(rows, range):
+        return (np.array([rows.start], np.int64), np.array([rows.stop], np.int64)) if len(
+            rows) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     if len(rows) == 0:
         return rows[:0], rows[:0]
     if int(rows[-1]) - int(rows[0]) == len(rows) - 1:  # sorted and unique: one run (scans)
@@ -108,7 +114,7 @@ def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
     return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), base[group] + offset
 
 
-def _fixed_rows(buf: tuple[int, int], width: int, rows: np.ndarray, gap: int,
+def _fixed_rows(buf: tuple[int, int], width: int, rows: Rows, gap: int,
                 ) -> Plan[np.ndarray]:
     """The ``width`` bytes of each of ``rows`` of a plain buffer, back to back: one range per
     run of rows, runs closer than ``gap`` bytes read as one and the rows picked out."""
@@ -122,6 +128,7 @@ def _fixed_rows(buf: tuple[int, int], width: int, rows: np.ndarray, gap: int,
     data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
     if len(ranges) == len(first):  # nothing merged: exactly the rows' bytes, in order
         return data
+    assert isinstance(rows, np.ndarray)  # (a range is one run)
     run_of_row = np.repeat(np.arange(len(first)), end - first)
     return fixed_at(data, at[run_of_row] + (rows - first[run_of_row]) * width, width)
 
@@ -135,13 +142,20 @@ def _flat_values(enc: pb.ArrayEncoding) -> pb.Flat | None:
     return enc.flat if _fixed_bytes(enc) else None
 
 
-def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int = 0,
+def _is_run(rows: Rows) -> bool:
+    n = len(rows)
+    return isinstance(rows, range) or (n > 0 and int(rows[-1]) - int(rows[0]) == n - 1)
+
+
+def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: Rows, gap: int = 0,
               ) -> Plan[tuple[Block, np.ndarray | None]]:
     """The values of page-local ``rows`` (sorted, unique) and their validity (None: all
     valid). ``enc`` must be :func:`supported`. Byte ranges at most ``gap`` bytes apart are
     read as one (a dense take then reads a few long ranges, not one or two per row)."""
     which = enc.WhichOneof("array_encoding")
     n = len(rows)
+    if isinstance(rows, range) and not n:
+        rows = np.zeros(0, np.int64)
     if which == "nullable":
         kind = enc.nullable.WhichOneof("nullability")
         if kind == "no_nulls":
@@ -156,6 +170,11 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int =
             raise CorruptFileError("2.0 validity buffer is shorter than its rows")
         ranges, run_at = merge_runs(pos + b_first, pos + b_end, gap)
         bits = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+        if isinstance(rows, range):  # one run: its bits, from the first row's bit on
+            skip = rows.start & 7
+            valid = np.unpackbits(bits, bitorder="little")[skip:skip + n].astype(bool)
+            block, _ = yield from read_rows(some.values, bufs, rows, gap)
+            return block, valid
         run_of_row = np.repeat(np.arange(len(first)), end - first)
         at = run_at[run_of_row] + (rows >> 3) - b_first[run_of_row]
         valid = ((bits[at] >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
@@ -168,7 +187,7 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int =
     if which == "fixed_size_list":
         dim = int(enc.fixed_size_list.dimension)
         items_enc = enc.fixed_size_list.items
-        if n and int(rows[-1]) - int(rows[0]) == n - 1:  # one run of rows: one run of items
+        if n and _is_run(rows):  # one run of rows: one run of items
             flat = _flat_values(items_enc)
             if flat is not None:  # one byte range, without an index per item
                 width = int(flat.bits_per_value) // 8
@@ -178,8 +197,7 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int =
                     raise CorruptFileError("2.0 page buffer is shorter than its rows")
                 items_bytes = _joined((yield [(at + lo_item * width, at + hi_item * width)]))
                 return Fixed(items_bytes.reshape(n, dim * width), dim * width * 8), None
-            item_rows = np.arange(int(rows[0]) * dim, (int(rows[-1]) + 1) * dim,
-                                  dtype=np.int64)
+            item_rows: Rows = range(int(rows[0]) * dim, (int(rows[-1]) + 1) * dim)
         else:
             flat = _flat_values(items_enc)
             if flat is not None:  # each row's items are one run of bytes: a row of dim items
@@ -187,6 +205,7 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int =
                 at, size = _buffer(bufs, flat.buffer)
                 raw = yield from _fixed_rows((at, size), width, rows, gap)
                 return Fixed(raw.reshape(n, width), width * 8), None
+            assert isinstance(rows, np.ndarray)  # (a range is one run)
             item_rows = (rows[:, None] * dim + np.arange(dim)).reshape(-1)
         items, items_valid = yield from read_rows(items_enc, bufs, item_rows, gap)
         if not isinstance(items, Fixed) or items.bits % 8:
@@ -203,12 +222,13 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: np.ndarray, gap: int =
     raise CorruptFileError(f"2.0 encoding {which!r} cannot be read by row")
 
 
-def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: np.ndarray, gap: int,
+def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: Rows, gap: int,
                  ) -> Plan[tuple[Block, np.ndarray | None]]:
     # Row r spans [end(r - 1), end(r)): fetch both ends (row -1 ends at 0). Runs of rows
     # are maximal, so extending each run back by one row keeps them sorted and disjoint.
-    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1:
+    if len(rows) and _is_run(rows):
         return (yield from _binary_run(enc, bufs, int(rows[0]), len(rows)))
+    rows = np.asarray(rows, np.int64)  # (an empty range)
     first, end = runs(rows)
     lo = np.maximum(first - 1, 0)
     need = range_indices(lo, end - lo)
@@ -258,8 +278,7 @@ def _binary_run(enc: pb.Binary, bufs: Buffers, first: int, n: int,
     """:func:`_binary_rows` for the ``n`` consecutive rows from ``first`` (what range scans
     ask for): their values lie back to back, one byte range."""
     lo = max(first - 1, 0)
-    ends_block, _ = yield from read_rows(enc.indices, bufs,
-                                         np.arange(lo, first + n, dtype=np.int64))
+    ends_block, _ = yield from read_rows(enc.indices, bufs, range(lo, first + n))
     if not isinstance(ends_block, Fixed) or ends_block.bits != 64:
         raise CorruptFileError("2.0 binary offsets are not 64-bit")
     ends = ends_block.values.astype(np.int64)
