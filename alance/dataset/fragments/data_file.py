@@ -283,12 +283,10 @@ class DataFileReader:
         """
         if not isinstance(self._reader, LegacyFileReader) or not len(groups):
             return 0, 0
-        file = self._reader.file
-        table = file.page_table
+        table = self._reader.file.page_table
         positions = table.entries[:, :, 0]
         present = table.entries[:, :, 1] > 0  # structs have no pages
-        starts = np.unique(positions[present])
-        ends = np.append(starts[1:], file.metadata.page_table_position)
+        starts, ends = self._page_spans()
         pages = total = 0
         for fid in field_ids:
             row = fid - table.min_field_id
@@ -299,6 +297,20 @@ class DataFileReader:
             pages += len(pos)
             total += int((ends[idx] - starts[idx]).sum())
         return pages, total
+
+    def _page_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every page start of a v0.2 file in order, and where each page ends (the next
+        start; the page table after the last): remembered process-wide like the file."""
+        key = ("page spans", self.store.limiter_key, self.store.root, self.path)
+        spans: tuple[np.ndarray, np.ndarray] | None = _FILE_CACHE.get(key)
+        if spans is None:
+            assert isinstance(self._reader, LegacyFileReader)
+            file = self._reader.file
+            entries = file.page_table.entries
+            starts = np.unique(entries[:, :, 0][entries[:, :, 1] > 0])
+            spans = starts, np.append(starts[1:], file.metadata.page_table_position)
+            _FILE_CACHE.put(key, spans, 16 * len(starts) + 64)
+        return spans
 
     def _check_rows(self, end: int) -> None:
         if end > self.num_rows:

@@ -183,8 +183,13 @@ class Pruner:
         bounds, found = await self._file_tests(reader)
         if not found:
             return None
-        cuts = np.unique(np.concatenate([*bounds, [0, n]]))
-        cuts = cuts[(cuts >= 0) & (cuts <= n)]
+        only = bounds[0]
+        if (len(bounds) == 1 and len(only) > 1 and only[0] == 0 and only[-1] == n
+                and bool((only[1:] > only[:-1]).all())):
+            cuts = only  # one file's groups (the usual case): already the cuts
+        else:
+            cuts = np.unique(np.concatenate([*bounds, [0, n]]))
+            cuts = cuts[(cuts >= 0) & (cuts <= n)]
         starts, ends = cuts[:-1], cuts[1:]
         maybe = self._evaluate(self.predicate, starts, ends - starts, found)
         if maybe.all():

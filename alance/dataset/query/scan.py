@@ -12,7 +12,7 @@ import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -97,6 +97,25 @@ def _select(head: pa.RecordBatch, expression: pc.Expression, shown: pa.RecordBat
     ``shown`` (the columns of ``head`` that are output)."""
     positions = matching_rows(head, expression)
     return positions, select_rows(shown, positions)
+
+
+@lru_cache(maxsize=1024)
+def _spans(bounds: bytes, chunk_rows: int, rows: int) -> tuple[tuple[int, int], ...]:
+    """A fragment's rows as chunks of whole row groups (``bounds``: the int64 group bounds),
+    each of at least ``chunk_rows`` rows but the last: worked out once per file layout (a
+    legacy file may have thousands of groups)."""
+    spans: list[tuple[int, int]] = []
+    cuts = np.frombuffer(bounds, np.int64).tolist()
+    start = 0
+    for i in range(1, len(cuts)):
+        end = cuts[i]
+        if end - start >= chunk_rows or i == len(cuts) - 1:
+            if end > start:
+                spans.append((start, end))
+            start = end
+    if start < rows:  # rows past the first file's groups (defensive)
+        spans.append((start, rows))
+    return tuple(spans)
 
 
 async def _in_order(jobs: Sequence[Callable[[], Awaitable[T]]], ahead: int) -> list[T]:
@@ -319,17 +338,8 @@ class Scanner:
                     yield _Chunk(reader, start, min(start + self.chunk_rows,
                                                     reader.physical_rows))
                 continue
-            spans: list[tuple[int, int]] = []
-            start = 0
-            for i in range(1, len(bounds)):
-                end = int(bounds[i])
-                if end - start >= self.chunk_rows or i == len(bounds) - 1:
-                    if end > start:
-                        spans.append((start, end))
-                    start = end
-            if start < reader.physical_rows:  # rows past the first file's groups (defensive)
-                spans.append((start, reader.physical_rows))
-            for start, end in spans:
+            layout = np.asarray(bounds, np.int64).tobytes()
+            for start, end in _spans(layout, self.chunk_rows, reader.physical_rows):
                 parts = [(start, end)] if maybe is None or self._pruner is None else (
                     await self._pruner.split(reader, maybe, start, end))
                 if len(parts) > 1:  # pieces of one span that statistics could not skip
