@@ -216,3 +216,39 @@ async def test_take_rows_by_stable_id_across_fragments(tmp_path: Path) -> None:
     pick = np.concatenate([pick, pick[:4]])
     cols = ["id", "s", "vec", "nullable", "_rowaddr"]
     _same(await ds.take_rows(pick, columns=cols), theirs._take_rows(pick, columns=cols))
+
+
+def test_few_rows_are_located_as_many_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point read's rows are located row by row in Python; the result is the one the
+    vectorised path gives (chunks, merged ranges, byte offsets, items), page by page."""
+    from alance.format.v2 import page_take
+    from alance.format.v2.miniblock import MiniBlockState
+
+    rng = np.random.default_rng(3)
+
+    def state(chunks: int, at: int) -> MiniBlockState:
+        counts = rng.integers(1, 50, chunks)
+        sizes = rng.integers(10, 100, chunks)
+        positions = at + np.cumsum(sizes + rng.integers(0, 30, chunks)) - sizes
+        return MiniBlockState(counts=counts, positions=positions, sizes=sizes,
+                              first_row=np.concatenate(([0], np.cumsum(counts))),
+                              starts=counts, trailer=np.zeros(chunks, bool), dictionary=None)
+
+    for _ in range(200):
+        states = [state(int(rng.integers(1, 20)), int(rng.integers(0, 10_000)))
+                  for _ in range(int(rng.integers(1, 5)))]
+        rows = [np.sort(rng.choice(n, int(rng.integers(0, min(n, 8) + 1)), replace=False))
+                .astype(np.int64) for n in (int(s.first_row[-1]) for s in states)]
+        if not sum(len(r) for r in rows):
+            continue
+        gap = int(rng.integers(0, 60))
+        layouts = [None] * len(states)
+        few = page_take.locate(layouts, states, rows, gap)  # type: ignore[arg-type]
+        monkeypatch.setattr(page_take, "FEW_ROWS", -1)
+        many = page_take.locate(layouts, states, rows, gap)  # type: ignore[arg-type]
+        monkeypatch.setattr(page_take, "FEW_ROWS", 64)
+        assert few.ranges == many.ranges
+        for name in ("rows_per_page", "chunk_at", "sizes", "counts", "chunk_of_row", "item"):
+            assert np.array_equal(getattr(few, name), getattr(many, name)), name
+    with pytest.raises(CorruptFileError):
+        page_take.locate([None], [state(3, 0)], [np.array([10_000])])  # type: ignore[list-item]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,8 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
     Chunks of one page at most ``gap`` bytes apart are read as one range (the bytes between
     are read and skipped): a take of many rows then asks for a few long ranges, not one per
     run of chunks."""
+    if sum(len(r) for r in rows) <= FEW_ROWS:
+        return _locate_few(layouts, states, rows, gap)
     n_pages = len(states)
     page_rows = np.array([int(s.first_row[-1]) for s in states], dtype=np.int64)
     page_base = np.concatenate(([0], np.cumsum(page_rows)[:-1]))
@@ -158,6 +161,54 @@ def locate(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockStat
                       strict=True))
     return Located(list(layouts), wanted, ranges, r_base[which] + pos - r_start[which],
                    sizes, picked[:, 3], np.cumsum(new) - 1, item)
+
+
+#: Up to this many rows, :func:`locate` works row by row in Python (a point read touches a
+#: chunk or two per page: numpy's set-up per call costs more than the work).
+FEW_ROWS = 64
+
+
+def _locate_few(layouts: Sequence[pb.MiniBlockLayout], states: Sequence[MiniBlockState],
+                rows: Sequence[np.ndarray], gap: int) -> Located:
+    """:func:`locate` for a few rows (the same result)."""
+    ranges: list[tuple[int, int, int]] = []
+    chunk_at: list[int] = []
+    sizes: list[int] = []
+    counts: list[int] = []
+    chunk_of_row: list[int] = []
+    items: list[int] = []
+    total = 0  # bytes of the ranges so far
+    last_end = -1
+    for page, (state, local) in enumerate(zip(states, rows, strict=True)):
+        if not len(local):
+            continue
+        page_rows = int(state.first_row[-1])
+        wanted = np.asarray(local, dtype=np.int64)
+        if int(wanted.min()) < 0 or int(wanted.max()) >= page_rows:
+            raise CorruptFileError("rows asked for lie outside their mini-block page")
+        table = state.chunk_table()
+        found = (np.searchsorted(table[:, 0], wanted, side="right") - 1).tolist()
+        prev = -1
+        for row, c in zip(wanted.tolist(), found, strict=True):
+            first, pos, size, count = table[c].tolist()
+            if c != prev:  # a new chunk: in the current range, or a range of its own
+                between = pos - last_end
+                if ranges and ranges[-1][0] == page and 0 <= between <= gap:
+                    ranges[-1] = (page, ranges[-1][1], pos + size)
+                    total += between
+                else:
+                    ranges.append((page, pos, pos + size))
+                chunk_at.append(total)
+                total += size
+                last_end = pos + size
+                sizes.append(size)
+                counts.append(count)
+                prev = c
+            chunk_of_row.append(len(sizes) - 1)
+            items.append(row - first)
+    as64 = partial(np.array, dtype=np.int64)
+    return Located(list(layouts), as64([len(r) for r in rows]), ranges, as64(chunk_at),
+                   as64(sizes), as64(counts), as64(chunk_of_row), as64(items))
 
 
 def decode(located: Located, data: np.ndarray, dtype: pa.DataType) -> pa.Array:
