@@ -717,6 +717,35 @@ def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
         os.close(fd)
 
 
+#: From this many ranges on, those smaller than ``SHARED_PIECE_BYTES`` that would be read
+#: into buffers of their own share slabs of ``SHARED_SLAB_BYTES`` instead: a take of thousands
+#: of rows reads thousands of small pieces, and one pool allocation each cost more than
+#: reading them. (Fewer ranges, as when a page's metadata and dictionary are read to be kept,
+#: each get their own buffer.)
+SHARED_MIN_RANGES = 64
+SHARED_PIECE_BYTES = 64 * 1024
+SHARED_SLAB_BYTES = 1024 * 1024
+
+
+def _separate_targets(sizes: Sequence[int]) -> list[memoryview]:
+    """A buffer per range size, from Arrow's pool: each range its own, or, for many ranges,
+    the small ones cut from shared slabs (a view kept of one keeps at most a slab)."""
+    if len(sizes) < SHARED_MIN_RANGES:
+        return [memoryview(pa.allocate_buffer(n)) for n in sizes]
+    targets: list[memoryview] = []
+    slab = memoryview(b"")
+    used = 0
+    for n in sizes:
+        if n >= SHARED_PIECE_BYTES:
+            targets.append(memoryview(pa.allocate_buffer(n)))
+            continue
+        if used + n > len(slab):
+            slab, used = memoryview(pa.allocate_buffer(SHARED_SLAB_BYTES)), 0
+        targets.append(slab[used: used + n])
+        used += n
+    return targets
+
+
 def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: bool,
                 joined: bool = True) -> list[memoryview] | None:
     """Ranges of a local file read into buffers of Arrow's memory pool, each by one
@@ -735,7 +764,7 @@ def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: b
             targets.append(whole[pos: pos + n])
             pos += n
     else:
-        targets = [memoryview(pa.allocate_buffer(n)) for n in sizes]
+        targets = _separate_targets(sizes)
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if nowait else 0))
     except OSError:

@@ -10,7 +10,9 @@ kinds, and with damaged chunks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -252,3 +254,26 @@ def test_few_rows_are_located_as_many_are(monkeypatch: pytest.MonkeyPatch) -> No
             assert np.array_equal(getattr(few, name), getattr(many, name)), name
     with pytest.raises(CorruptFileError):
         page_take.locate([None], [state(3, 0)], [np.array([10_000])])  # type: ignore[list-item]
+
+
+async def test_v20_row_plans_read_many_ranges_joined(dataset: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take of scattered rows of 2.0 pages asks for many small ranges that its row plans
+    join anyway: they are read from the local file straight into one buffer per plan step,
+    with the rows pylance gives."""
+    from alance.io.store import DatasetStore
+
+    calls: list[int] = []
+    original = DatasetStore.get_ranges_joined
+
+    async def counting(self: DatasetStore, path: str, starts: Sequence[int],
+                       ends: Sequence[int]) -> Any:
+        calls.append(len(starts))
+        return await original(self, path, starts, ends)
+
+    monkeypatch.setattr(DatasetStore, "get_ranges_joined", counting)
+    ds = await alance.open_dataset(dataset)
+    idx = np.random.default_rng(5).choice(ROWS, 400, replace=False)
+    _same(await ds.take(idx), lance.dataset(dataset).take(idx))
+    if "2.0" in dataset:
+        assert calls and max(calls) >= 16

@@ -166,3 +166,26 @@ async def test_local_ranges_any_order_overlapping_empty(tmp_path, monkeypatch: p
     assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
     assert memoryview(got[1]).obj is memoryview(got[5]).obj  # 10..40: one piece
     assert memoryview(got[0]).obj is not memoryview(got[6]).obj  # 39 KB apart: two
+
+
+async def test_many_small_local_ranges_share_slabs(tmp_path) -> None:
+    """Thousands of small pieces (a take of scattered rows) are read into shared slabs, not
+    a pool buffer each; large ones and the bytes of every range stay as they were."""
+    import numpy as np
+
+    from alance.io import backends
+
+    data = np.random.default_rng(7).integers(0, 256, 4_000_000, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    store = open_store(str(tmp_path))
+    ranges = [(s, s + 24) for s in range(0, 3_000_000, 10_000)]  # 300 pieces, far apart
+    ranges.append((3_100_000, 3_100_000 + 2 * backends.SHARED_PIECE_BYTES))
+    got = await store.get_ranges("f.bin", ranges)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
+    holders = {id(memoryview(g).obj) for g in got[:-1]}
+    assert len(holders) == 1  # 300 x 24 bytes: one slab
+    assert len(memoryview(memoryview(got[-1]).obj)) == 2 * backends.SHARED_PIECE_BYTES
+    wide = [(s, s + 30_000) for s in range(0, 3_500_000, 50_000)]  # 70 x 30 KB: 3 slabs
+    got = await store.get_ranges("f.bin", wide)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in wide]
+    assert len({id(memoryview(g).obj) for g in got}) == 3

@@ -30,6 +30,7 @@ from alance.dataset.fragments.data_file import (
 from alance.dataset.fragments.read import ReadContext
 from alance.errors import AlanceError, CorruptFileError
 from alance.format.arrow_buffers import pooled_concatenate
+from alance.format.legacy.plan import JoinedRanges
 from alance.format.schema import LanceField
 from alance.format.v2 import miniblock, page_take, v20_rows
 from alance.format.v2.blocks import concat_blocks, to_arrow
@@ -40,6 +41,10 @@ from alance.io.store import MIN_COALESCE_GAP, DatasetStore
 
 #: The kind of 2.0 pages this path reads (:func:`alance.format.v2.v20_rows.supported`).
 _V20: page_take.Kind = ("2.0 by row",)
+
+#: From this many ranges on, a plan step whose ranges it joins anyway is read from a local
+#: file straight into one buffer (no buffer or view per range).
+JOIN_MIN_RANGES = 16
 
 #: Low-level errors that, raised while decoding, can only mean the bytes are malformed
 #: (CorruptFileError among them: the ordinary path then reads, and names the damaged file).
@@ -205,7 +210,11 @@ async def _drive(plans: list[tuple[DataFileReader, Generator[Any, Any, Any]]],
         resume([(i, None) for i in range(len(plans))])
         loop = asyncio.get_running_loop()
         while pending:
-            order = list(pending)
+            # Many small ranges a plan joins anyway: read into place in one buffer each.
+            joined = [i for i, r in pending.items() if isinstance(r, JoinedRanges)
+                      and len(r) >= JOIN_MIN_RANGES and plans[i][0].store.joins_ranges]
+            alone = set(joined)
+            order = [i for i in pending if i not in alone]
             requests: dict[str, list[tuple[int, int]]] = {}
             at: list[tuple[str, int, int]] = []
             for i in order:
@@ -213,13 +222,19 @@ async def _drive(plans: list[tuple[DataFileReader, Generator[Any, Any, Any]]],
                 bucket = requests.setdefault(path, [])
                 at.append((path, len(bucket), len(pending[i])))
                 bucket.extend(pending[i])
-            store = plans[order[0]][0].store
-            paths = list(requests)
-            got = dict(zip(paths, await store.get_ranges_many(
-                [(p, requests[p]) for p in paths]), strict=True))
+            got: dict[str, list[Any]] = {}
+            if order:
+                store = plans[order[0]][0].store
+                paths = list(requests)
+                got = dict(zip(paths, await store.get_ranges_many(
+                    [(p, requests[p]) for p in paths]), strict=True))
+            whole = await asyncio.gather(*(plans[i][0].store.get_ranges_joined(
+                plans[i][0].path, [s for s, _ in pending[i]], [e for _, e in pending[i]])
+                for i in joined))
             pending.clear()
             batch = [(i, got[path][first: first + count])
                      for i, (path, first, count) in zip(order, at, strict=True)]
+            batch += [(i, [data]) for i, data in zip(joined, whole, strict=True)]
             if offload and offloading():
                 await loop.run_in_executor(decode_pool(), resume, batch)
             else:

@@ -60,6 +60,13 @@ def read_tail(file_size: int, footer_size: int, tail_size: int,
     return bytes(got)
 
 
+class JoinedRanges(list[Range]):
+    """A plan step's ranges whose bytes the plan only uses laid end to end: a driver may
+    answer with a one-element list holding them joined, in order, instead of one buffer per
+    range (the plan cannot tell: it joins what it gets). For steps of many small ranges, where
+    a buffer and a view per range cost more than reading them."""
+
+
 def fetch_from(data: bytes | memoryview) -> Callable[[list[Range]], list[bytes]]:
     """A ``fetch`` for :func:`run_plan` over a file held in memory (truncates like a store)."""
     view = memoryview(data)
@@ -202,5 +209,5 @@ def coalesced(plan: Plan[T], *, file_size: int) -> Plan[T]:
             return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["Plan", "Range", "coalesced", "fetch_from", "gather", "merge_range_arrays",
-           "merge_ranges", "run_plan"]
+__all__ = ["JoinedRanges", "Plan", "Range", "coalesced", "fetch_from", "gather",
+           "merge_range_arrays", "merge_ranges", "run_plan"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError
-from alance.format.legacy.plan import Plan, merge_range_arrays
+from alance.format.legacy.plan import JoinedRanges, Plan, merge_range_arrays
 from alance.format.v2.blocks import Block, Fixed, Variable
 from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices
 
@@ -125,7 +125,7 @@ def _fixed_rows(buf: tuple[int, int], width: int, rows: Rows, gap: int,
     if width == 0:  # (zero-width values occupy no bytes)
         return np.zeros(0, np.uint8)
     ranges, at = merge_runs(pos + first * width, pos + end * width, gap)
-    data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+    data = _joined((yield JoinedRanges(ranges))) if ranges else np.zeros(0, np.uint8)
     if len(ranges) == len(first):  # nothing merged: exactly the rows' bytes, in order
         return data
     assert isinstance(rows, np.ndarray)  # (a range is one run)
@@ -169,7 +169,7 @@ def read_rows(enc: pb.ArrayEncoding, bufs: Buffers, rows: Rows, gap: int = 0,
         if len(b_end) and int(b_end[-1]) > size:
             raise CorruptFileError("2.0 validity buffer is shorter than its rows")
         ranges, run_at = merge_runs(pos + b_first, pos + b_end, gap)
-        bits = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+        bits = _joined((yield JoinedRanges(ranges))) if ranges else np.zeros(0, np.uint8)
         if isinstance(rows, range):  # one run: its bits, from the first row's bit on
             skip = rows.start & 7
             valid = np.unpackbits(bits, bitorder="little")[skip:skip + n].astype(bool)
@@ -254,7 +254,7 @@ def _binary_rows(enc: pb.Binary, bufs: Buffers, rows: Rows, gap: int,
     keep = r_stop > r_start
     # Runs closer than ``gap`` are read as one range; the values are then picked out.
     ranges, at = merge_runs(pos + r_start[keep], pos + r_stop[keep], gap)
-    data = _joined((yield ranges)) if ranges else np.zeros(0, np.uint8)
+    data = _joined((yield JoinedRanges(ranges))) if ranges else np.zeros(0, np.uint8)
     if len(ranges) < len(at):
         run_of_row = np.zeros(len(rows), np.int64)
         run_of_row[brk] = 1
