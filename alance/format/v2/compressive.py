@@ -17,6 +17,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_1_pb2 as pb
 from alance.errors import CorruptFileError, UnsupportedFeatureError
+from alance.format.arrow_buffers import pooled_empty
 from alance.format.v2.blocks import Block, Fixed, FsstVariable, Variable
 from alance.format.v2.kernels import (
     BLOCK,
@@ -177,24 +178,25 @@ def _variable_chunks(enc: pb.Variable, bufs: ChunkBufs, counts: np.ndarray,
         raise CorruptFileError("variable mini-block offsets are truncated")
     if pick is not None:
         return _variable_picked(bufs, counts, pick, wb)
-    raw = gather_ranges(bufs.data, bufs.starts, (counts + 1) * wb)
-    offs = raw.view(f"<u{wb}").astype(np.int64)
-    pos = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
-    first, last = offs[pos], offs[pos + counts]
+    # Each chunk holds counts + 1 offsets into its own bytes: all but the last of every chunk,
+    # rebased onto the gathered value bytes, are the output offsets.
+    first = words_at(bufs.data, bufs.starts, wb).astype(np.int64)
+    last = words_at(bufs.data, bufs.starts + counts * wb, wb).astype(np.int64)
     if np.any(last < first) or np.any(last > bufs.sizes):
         raise CorruptFileError("variable mini-block offsets point outside the chunk")
-    # Drop each chunk's trailing offset and rebase onto the gathered data.
-    keep = np.ones(len(offs), dtype=bool)
-    keep[pos + counts] = False
     lens = last - first
-    base = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    rel = offs - np.repeat(first - base, counts + 1)
-    rel = rel[keep]
-    if len(rel) > 1 and np.any(np.diff(rel) < 0):
+    ends = np.cumsum(lens)
+    n = int(counts.sum())
+    offsets = pooled_empty(n + 1, np.int64)
+    # (64-bit offsets read as signed: a chunk's offsets are far below 2**63, and a damaged
+    # one fails the order check below)
+    raw = gather_ranges(bufs.data, bufs.starts, counts * wb).view("<u4" if wb == 4 else "<i8")
+    np.subtract(raw, np.repeat(first - (ends - lens), counts), out=offsets[:n])
+    offsets[n] = int(ends[-1]) if len(ends) else 0
+    if n and np.any(offsets[1:] < offsets[:-1]):
         raise CorruptFileError("variable mini-block offsets are not increasing")
     data = gather_ranges(bufs.data, bufs.starts + first, lens)
-    total = int(lens.sum())
-    return Variable(np.concatenate((rel, [total])).astype(np.int64), data)
+    return Variable(offsets, data)
 
 
 def _variable_picked(bufs: ChunkBufs, counts: np.ndarray, pick: np.ndarray,
