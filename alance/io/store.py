@@ -63,8 +63,11 @@ FEW_RANGES = 32
 #: Bytes read from the end of a data or index file to open it: its footer and, usually, all
 #: its metadata (a bigger tail saves a second request where each costs a round trip).
 DEFAULT_TAIL_BYTES = 16 * 1024
-#: Decoded bytes per scan chunk on local disk (see ``scan_chunk_bytes``).
-DEFAULT_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+#: Decoded bytes per scan chunk on local disk (see ``scan_chunk_bytes``). Every chunk costs
+#: plan steps, allocations and numpy set-up per column: 16 MiB chunks scanned a 4M-row 2.1
+#: table in 0.63 s of CPU against 0.87 s for 8 MiB ones, and a streaming scan of 10M rows
+#: peaked at 451 MB RSS against 358 MB (pylance: 852-899 MB).
+DEFAULT_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
 #: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
 #: disks read them one after another, so batching only saves per-call overhead; cloud stores
 #: use 1 so that every HTTP request holds its own slot of the bound.
