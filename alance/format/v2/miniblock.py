@@ -48,6 +48,8 @@ class MiniBlockState:
     #: Derived once: first row, position, size and value count of each chunk as the
     #: columns of one array.
     _table: np.ndarray | None = field(default=None, repr=False)
+    #: Derived once: whether every chunk starts where the one before it ends.
+    _adjacent: bool | None = field(default=None, repr=False)
 
     def chunk_table(self) -> np.ndarray:
         """``(chunks, 4)`` int64: each chunk's first row, position, size and value count."""
@@ -55,6 +57,14 @@ class MiniBlockState:
             self._table = np.stack([self.first_row[:-1], self.positions, self.sizes,
                                     self.counts], axis=1).astype(np.int64)
         return self._table
+
+    def adjacent(self) -> bool:
+        """Whether the chunks lie back to back (as writers lay them out), so any run of them
+        is one byte range."""
+        if self._adjacent is None:
+            self._adjacent = bool(np.array_equal(self.positions[1:],
+                                                 self.positions[:-1] + self.sizes[:-1]))
+        return self._adjacent
 
     def starting_chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """The chunks in which some row starts, and the page row of the first such row."""
@@ -335,6 +345,10 @@ def chunk_ranges(state: MiniBlockState, chunks: np.ndarray, gap: int = 0,
 
 def _chunk_groups(state: MiniBlockState, chunks: np.ndarray, gap: int,
                   ) -> tuple[np.ndarray, np.ndarray]:
+    if (len(chunks) > 1 and int(chunks[-1]) - int(chunks[0]) == len(chunks) - 1
+            and state.adjacent()):  # a run of back-to-back chunks (what scans read): one range
+        a, b = int(chunks[0]), int(chunks[-1])
+        return state.positions[a:a + 1], state.positions[b:b + 1] + state.sizes[b:b + 1]
     pos = state.positions[chunks]
     end = pos + state.sizes[chunks]
     if len(chunks) == 1:
