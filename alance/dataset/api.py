@@ -945,7 +945,7 @@ async def write_dataset(
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
         rows = 0
         async for batch in regroup(batches, params.rows_per_chunk,
-                                   blob_chunk_bytes(lance_schema)):
+                                   blob_chunk_bytes(lance_schema), params.max_rows_per_group):
             if not batch.schema.equals(target):
                 batch = batch.cast(target)
             yield batch

@@ -29,8 +29,9 @@ __all__ = ["DECODE_WORKERS", "OFFLOAD_BYTES", "decode_pool", "offloading", "run_
            "set_offloading"]
 
 
-#: Decoding threads shared by every read of the process (numpy and pyarrow release the GIL
-#: in their kernels, so two workers keep both cores busy next to the event loop).
+#: Decoding threads shared by every read of the process, which writes also encode their
+#: columns on (numpy and pyarrow release the GIL in their kernels, so two workers keep both
+#: cores busy next to the event loop).
 DECODE_WORKERS = 2
 _decode_pool: ThreadPoolExecutor | None = None
 _decode_pool_lock = threading.Lock()
@@ -47,7 +48,7 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def decode_pool() -> ThreadPoolExecutor:
-    """The decoding threads shared by every read of the process."""
+    """The decoding threads shared by every read (and write encoding) of the process."""
     return _pool()
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lance
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -487,3 +488,23 @@ def test_schema_metadata_must_be_text(tmp_path: Path) -> None:
     uri = fresh(tmp_path, "t")
     al.write_dataset(text, uri)
     assert lance.dataset(uri).schema.metadata == {b"k": "caf\u00e9".encode()}
+
+
+async def test_regroup_bounds_bytes_and_keeps_groups_whole() -> None:
+    """Input handed to the file writer: ``rows`` rows a batch, or fewer for wide rows (whole
+    groups of ``align`` rows, about REGROUP_MAX_BYTES each); nothing lost or reordered."""
+    from alance.dataset.fragments import inputs
+
+    wide = pa.record_batch({"id": pa.array(np.arange(40_000)),
+                            "b": pa.array([b"x" * 2000] * 40_000, pa.binary())})  # ~80 MB
+    narrow = pa.record_batch({"id": pa.array(np.arange(40_000, 45_000))})
+
+    async def source() -> AsyncIterator[pa.RecordBatch]:
+        yield wide
+        yield narrow.select(["id"]).append_column("b", pa.array([b""] * 5_000, pa.binary()))
+
+    out = [b async for b in inputs.regroup(source(), 262_144, None, 1024)]
+    assert all(b.nbytes <= inputs.REGROUP_MAX_BYTES for b in out)
+    assert all(b.num_rows % 1024 == 0 for b in out[:-1]) and len(out) >= 3
+    got = pa.Table.from_batches(out).column("id").to_numpy()
+    assert np.array_equal(got, np.arange(45_000))

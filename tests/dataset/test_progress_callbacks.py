@@ -14,7 +14,7 @@ async def test_write_progress_rows(tmp_path: Path) -> None:
     table = pa.table({"id": range(10_000)})
     seen: list[tuple[int, int | None]] = []
     await alance.write_dataset(table, str(tmp_path / "a"), max_rows_per_file=3000,
-                               max_rows_per_group=100,
+                               max_rows_per_group=20,
                                progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (10_000, 10_000)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen) and len(seen) > 1

@@ -175,7 +175,8 @@ class DistributedWrite(Job):
 
         async def conformed() -> AsyncIterator[pa.RecordBatch]:
             async for batch in regroup(announced(), self.params.rows_per_chunk,
-                                       self.params.max_bytes_per_file):
+                                       self.params.max_bytes_per_file,
+                                       self.params.max_rows_per_group):
                 out = conform_batch(batch, target)
                 yield out
                 counted[0] += out.num_rows

@@ -169,7 +169,8 @@ async def write_rows(ctx: ReadContext, batches: AsyncIterator[pa.RecordBatch],
 
     async def conformed() -> AsyncIterator[pa.RecordBatch]:
         # Batches with blob values are combined only up to a bounded number of bytes.
-        async for batch in regroup(batches, params.rows_per_chunk, blob_chunk_bytes(schema)):
+        async for batch in regroup(batches, params.rows_per_chunk, blob_chunk_bytes(schema),
+                                 params.max_rows_per_group):
             yield storage_batch(batch, target)
 
     fragments = await write_fragments(ctx.store, schema, conformed(), params, dictionaries,

@@ -508,31 +508,47 @@ def _relaid_array(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
 
 
-async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
-                  max_bytes: int | None = None) -> AsyncIterator[pa.RecordBatch]:
-    """Re-chunk a stream into batches of exactly ``rows`` rows (the last may be shorter).
+#: Bytes of input combined into one batch at most by :func:`regroup` (a file writer's
+#: working memory per call; wide rows get fewer rows per batch).
+REGROUP_MAX_BYTES = 32 * 1024 * 1024
 
-    Large input batches are sliced without copying; small ones are combined. ``max_bytes``
-    (blob columns): combined batches are also cut once they hold that many bytes, so
-    batches of large values are not gathered ``rows`` at a time.
+
+async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
+                  max_bytes: int | None = None, align: int = 1,
+                  ) -> AsyncIterator[pa.RecordBatch]:
+    """Re-chunk a stream into batches of ``rows`` rows (the last may be shorter), or fewer
+    where that many would hold more than ``max_bytes`` (at most :data:`REGROUP_MAX_BYTES`):
+    then a multiple of ``align`` rows (row groups stay whole), judged by each input batch's
+    bytes per row.
+
+    Large input batches are sliced without copying; small ones are combined, and combined
+    batches are also cut once they hold ``max_bytes`` (batches of large values, such as
+    blobs, are not gathered ``rows`` at a time).
     """
+    limit = REGROUP_MAX_BYTES if max_bytes is None else min(max_bytes, REGROUP_MAX_BYTES)
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     pending_bytes = 0
     async for batch in batches:
+        n = batch.num_rows
+        step = rows
+        if n and batch.nbytes > limit:
+            fit = int(limit * n // batch.nbytes)
+            step = min(rows, max(align, fit - fit % align))
         start = 0
-        while start < batch.num_rows:
-            take = min(rows - pending_rows, batch.num_rows - start)
-            if take == rows and not pending:
-                yield batch.slice(start, take)
+        while start < n:
+            if pending and pending_rows >= step:
+                yield _concat(pending)
+                pending, pending_rows, pending_bytes = [], 0, 0
+            take = min(step - pending_rows, n - start)
+            part = batch.slice(start, take)
+            if take == step and not pending:
+                yield part
             else:
-                part = batch.slice(start, take)
                 pending.append(part)
                 pending_rows += take
-                if max_bytes is not None:
-                    pending_bytes += part.nbytes
-                if pending_rows == rows or (max_bytes is not None
-                                            and pending_bytes >= max_bytes):
+                pending_bytes += part.nbytes
+                if pending_rows >= step or pending_bytes >= limit:
                     yield _concat(pending)
                     pending, pending_rows, pending_bytes = [], 0, 0
             start += take

@@ -16,6 +16,7 @@ Memory stays bounded by one batch: nothing but page positions is kept between ca
 from __future__ import annotations
 
 import struct
+from concurrent.futures import Executor
 
 import numpy as np
 import pyarrow as pa
@@ -196,9 +197,11 @@ class V2FileWriter:
         manifest): the leaf fields (2.1+), every field (2.0)."""
         return [leaf.id for leaf in self._leaves]
 
-    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> list[bytes | memoryview]:
+    def write_batch(self, batch: pa.RecordBatch | pa.Table,
+                    parallel: Executor | None = None) -> list[bytes | memoryview]:
         """Encode ``batch`` and return the buffers to append (padding included; ``len()`` of
-        each is its size in bytes)."""
+        each is its size in bytes). With ``parallel``, the columns are encoded on its
+        threads (encoding is numpy and compression work that releases the GIL)."""
         if self._finished:
             raise InvalidInputError("writer already finished")
         if isinstance(batch, pa.Table):
@@ -230,11 +233,17 @@ class V2FileWriter:
                 f"batch columns {names} do not match the file's {self._schema.names}")
         encoded: list[list[tuple[list[Buffer], Message, int]]] = []
         out: list[bytes | memoryview] = []
-        for field in zip(self._schema.fields, arrays, strict=True):
+        fields = list(zip(self._schema.fields, arrays, strict=True))
+        plain = [f for f in fields if not blob_version(f[0])]
+        # Columns other than blobs are encoded independently (blobs, in order, below: they
+        # place their values in ``out`` as they go).
+        done = iter(parallel.map(self._encode_field, plain) if parallel is not None
+                    and len(plain) > 1 else map(self._encode_field, plain))
+        for field in fields:
             if blob_version(field[0]):
                 encoded.append(self._encode_blob(field[0], field[1], out))
             else:
-                encoded.extend(self._encode_field(field))
+                encoded.extend(next(done))
         # Everything encoded: lay the buffers out.
         for col, col_pages in enumerate(encoded):
             for buffers, message, rows in col_pages:
