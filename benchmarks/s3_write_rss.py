@@ -60,8 +60,9 @@ WRITER = textwrap.dedent("""
         took = time.perf_counter() - start
         rows = await ds.count_rows()
         assert rows == batches * ROWS, (rows, batches * ROWS)
-        files = sum(len(f.files) for f in ds.get_fragments())
-        size = sum(f.file_size_bytes for frag in ds.get_fragments() for f in frag.files)
+        files = sum(len(f.data_files()) for f in ds.get_fragments())
+        size = sum(f.file_size_bytes or 0 for frag in ds.get_fragments()
+                   for f in frag.data_files())
         return took, rows, files, size
 
     took, rows, files, size = asyncio.run(main())
