@@ -508,3 +508,17 @@ async def test_regroup_bounds_bytes_and_keeps_groups_whole() -> None:
     assert all(b.num_rows % 1024 == 0 for b in out[:-1]) and len(out) >= 3
     got = pa.Table.from_batches(out).column("id").to_numpy()
     assert np.array_equal(got, np.arange(45_000))
+
+
+async def test_regroup_cuts_rows_of_large_values_below_a_group() -> None:
+    """Values so large that not even one row group fits the byte bound (blobs) are handed on
+    a few rows at a time, not a whole group."""
+    from alance.dataset.fragments import inputs
+
+    big = pa.record_batch({"b": pa.array([b"y" * (4 << 20)] * 64, pa.large_binary())})
+
+    async def source() -> AsyncIterator[pa.RecordBatch]:
+        yield big
+
+    out = [b async for b in inputs.regroup(source(), 65_536, 16 << 20, 1024)]
+    assert sum(b.num_rows for b in out) == 64 and all(b.num_rows <= 4 for b in out)

@@ -518,8 +518,8 @@ async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
                   ) -> AsyncIterator[pa.RecordBatch]:
     """Re-chunk a stream into batches of ``rows`` rows (the last may be shorter), or fewer
     where that many would hold more than ``max_bytes`` (at most :data:`REGROUP_MAX_BYTES`):
-    then a multiple of ``align`` rows (row groups stay whole), judged by each input batch's
-    bytes per row.
+    then a multiple of ``align`` rows (row groups stay whole) when a group fits, judged by
+    each input batch's bytes per row.
 
     Large input batches are sliced without copying; small ones are combined, and combined
     batches are also cut once they hold ``max_bytes`` (batches of large values, such as
@@ -534,7 +534,8 @@ async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
         step = rows
         if n and batch.nbytes > limit:
             fit = int(limit * n // batch.nbytes)
-            step = min(rows, max(align, fit - fit % align))
+            # whole groups where one fits; else as many rows as fit (one at least: blobs)
+            step = min(rows, fit - fit % align if fit >= align else max(1, fit))
         start = 0
         while start < n:
             if pending and pending_rows >= step:
