@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
-from alance.format.v2.kernels import fixed_at
+from alance.format.v2.kernels import fixed_at, span_array
 
 __all__ = ["BULK_MIN_VALUES", "array_to_text", "bulk_text"]
 
@@ -120,14 +120,7 @@ def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.
     k = len(start)
     if k and bool((start[1:] >= stop[:-1]).all()) and int(start[0]) >= 0 \
             and int(stop[-1]) <= len(data):
-        # Sorted, disjoint ranges: every range and the gap after it are neighbouring items
-        # of one array over ``data`` itself; Arrow's take copies the odd ones out.
-        bounds = np.empty(2 * k + 2, np.int64)
-        bounds[0], bounds[-1] = 0, len(data)
-        bounds[1:-1:2], bounds[2:-1:2] = start, stop
-        spans = pa.Array.from_buffers(pa.large_binary(), 2 * k + 1,
-                                      [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-        return spans.take(pa.array(np.arange(1, 2 * k, 2, dtype=np.int64)))
+        return span_array(data, start, stop)  # sorted, disjoint: one take, no index per byte
     lengths = stop - start
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     idx = (np.repeat(start - offsets[:-1], lengths) + np.arange(int(offsets[-1]))

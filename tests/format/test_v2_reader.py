@@ -457,9 +457,9 @@ def test_gather_ranges_of_many_short_ranges(order: str) -> None:
 
 
 def test_fixed_at_and_merged_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from alance.format.v2 import v20_rows
+    from alance.format.legacy import plan
+    from alance.format.legacy.plan import merge_runs
     from alance.format.v2.kernels import fixed_at
-    from alance.format.v2.v20_rows import merge_runs
 
     data = np.arange(100, dtype=np.uint8)
     assert fixed_at(data, np.array([5, 0, 97]), 3).tolist() == [5, 6, 7, 0, 1, 2, 97, 98, 99]
@@ -467,7 +467,7 @@ def test_fixed_at_and_merged_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         fixed_at(data, np.array([98]), 3)
     few, at = merge_runs(np.array([0, 10]), np.array([4, 12]), gap=8)
     assert few == [(0, 4), (10, 12)] and at.tolist() == [0, 4]  # a few: left to the store
-    monkeypatch.setattr(v20_rows, "MERGE_MIN_RANGES", 1)
+    monkeypatch.setattr(plan, "MERGE_MIN_RANGES", 1)
     starts, ends = np.array([0, 10, 12, 50, 200]), np.array([4, 12, 20, 60, 210])
     ranges, at = merge_runs(starts, ends, gap=8)
     assert ranges == [(0, 20), (50, 60), (200, 210)]

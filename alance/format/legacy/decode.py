@@ -20,7 +20,7 @@ import pyarrow as pa
 from alance.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from alance.format.arrow_buffers import aligned_buffer, pooled_concatenate
 from alance.format.legacy.encode import fixed_bit_width, is_fixed_stride, is_var_binary
-from alance.format.legacy.plan import Plan, gather, merge_range_arrays
+from alance.format.legacy.plan import MERGE_MIN_RANGES, Plan, gather, merge_runs
 from alance.format.schema import LanceField
 from alance.format.v2.kernels import gather_ranges
 
@@ -141,24 +141,17 @@ def _fetch(starts: np.ndarray, ends: np.ndarray, gap: int = 0,
     return pooled_concatenate([np.frombuffer(p, dtype=np.uint8) for p in parts])
 
 
-#: From this many ranges on, :func:`_fetch` joins those closer than its ``gap``.
-MERGE_MIN_RANGES = 64
-
-
 def _fetch_merged(starts: np.ndarray, ends: np.ndarray, gap: int,
                   ) -> Plan[bytes | memoryview | np.ndarray]:
     """:func:`_fetch` of many ranges: those at most ``gap`` bytes apart read as one, then
     each range picked out of what was read."""
-    m_start, m_end, group, offset = merge_range_arrays(starts, ends, gap)
-    if not len(m_start):
+    ranges, at = merge_runs(starts, ends, gap)
+    if not ranges:
         return b""
-    parts = yield list(zip(m_start.tolist(), m_end.tolist(), strict=True))
+    parts = yield ranges
     joined = (np.frombuffer(parts[0], dtype=np.uint8) if len(parts) == 1 else
               pooled_concatenate([np.frombuffer(p, dtype=np.uint8) for p in parts]))
-    base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
-    lengths = np.maximum(ends - starts, 0)
-    at = np.where(lengths > 0, base[np.maximum(group, 0)] + offset, 0)  # (empty: group -1)
-    return gather_ranges(joined, at, lengths)
+    return gather_ranges(joined, at, np.maximum(ends - starts, 0))
 
 
 def _gather_positions(bases: np.ndarray, lengths: np.ndarray) -> np.ndarray:

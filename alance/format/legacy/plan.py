@@ -160,6 +160,28 @@ def merge_range_arrays(starts: np.ndarray, ends: np.ndarray, gap: int,
     return g_start, g_end, group_arr, offset_arr
 
 
+#: From this many byte ranges on, :func:`merge_runs` joins close ones (fewer are left to the
+#: store, whose coalescing costs less than picking values out of a joined read).
+MERGE_MIN_RANGES = 64
+
+
+def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
+               ) -> tuple[list[Range], np.ndarray]:
+    """Byte ranges (many ones sorted by start; neighbours may overlap) with those at most
+    ``gap`` bytes apart read as one: the ranges to read, and where each given range starts
+    in their bytes laid end to end (0 for an empty range)."""
+    if not len(starts):
+        return [], np.zeros(0, np.int64)
+    if len(starts) < MERGE_MIN_RANGES:  # a few: as they are (the store coalesces them)
+        lengths = ends - starts
+        return (list(zip(starts.tolist(), ends.tolist(), strict=True)),
+                np.concatenate(([0], np.cumsum(lengths)[:-1])))
+    m_start, m_end, group, offset = merge_range_arrays(starts, ends, gap)
+    base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
+    at = np.where(group >= 0, base[np.maximum(group, 0)] + offset, 0)
+    return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), at
+
+
 def _check_ranges(request: Sequence[Range], file_size: int) -> None:
     bad = None
     if len(request) <= 32:
@@ -209,5 +231,5 @@ def coalesced(plan: Plan[T], *, file_size: int) -> Plan[T]:
             return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["JoinedRanges", "Plan", "Range", "coalesced", "fetch_from", "gather",
-           "merge_range_arrays", "merge_ranges", "run_plan"]
+__all__ = ["MERGE_MIN_RANGES", "JoinedRanges", "Plan", "Range", "coalesced", "fetch_from",
+           "gather", "merge_range_arrays", "merge_ranges", "merge_runs", "run_plan"]

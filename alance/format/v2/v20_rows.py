@@ -18,7 +18,7 @@ import numpy as np
 
 from alance._proto import encodings_v2_0_pb2 as pb
 from alance.errors import CorruptFileError
-from alance.format.legacy.plan import JoinedRanges, Plan, merge_range_arrays
+from alance.format.legacy.plan import JoinedRanges, Plan, merge_runs
 from alance.format.v2.blocks import Block, Fixed, Variable
 from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices
 
@@ -90,28 +90,6 @@ def _buffer(bufs: Buffers, ref: pb.Buffer) -> tuple[int, int]:
     if ref.buffer_index >= len(bufs):
         raise CorruptFileError("2.0 encoding names a missing page buffer")
     return bufs[ref.buffer_index]
-
-
-#: From this many byte ranges on, :func:`merge_runs` joins close ones (fewer are left to the
-#: store, whose coalescing costs less than picking rows out of a joined read).
-MERGE_MIN_RANGES = 64
-
-
-def merge_runs(starts: np.ndarray, ends: np.ndarray, gap: int,
-               ) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """Byte ranges sorted by start (neighbours may overlap) with those at most ``gap`` bytes
-    apart read as one: the ranges to read, and where each given range starts in their
-    bytes laid end to end."""
-    if not len(starts):
-        return [], np.zeros(0, np.int64)
-    if len(starts) < MERGE_MIN_RANGES:  # a few: as they are (the store coalesces them)
-        lengths = ends - starts
-        return (list(zip(starts.tolist(), ends.tolist(), strict=True)),
-                np.concatenate(([0], np.cumsum(lengths)[:-1])))
-    m_start, m_end, group, offset = merge_range_arrays(starts, ends, gap)
-    base = np.concatenate(([0], np.cumsum(m_end - m_start)[:-1]))
-    # (the ranges here are never empty, so every one has a merged range)
-    return list(zip(m_start.tolist(), m_end.tolist(), strict=True)), base[group] + offset
 
 
 def _fixed_rows(buf: tuple[int, int], width: int, rows: Rows, gap: int,
