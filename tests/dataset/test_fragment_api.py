@@ -270,3 +270,19 @@ def test_progress_marks_a_fragment_whose_input_fails(tmp_path: Path) -> None:
     written = json.loads((progress_dir / "fragment_4.json").read_text())
     assert written["files"][0]["path"] == meta.files[0].path
     assert written["physical_rows"] == 1
+
+
+def test_write_fragments_cut_files_at_batch_boundaries_by_bytes(tmp_path: Path) -> None:
+    """A small ``max_bytes_per_file`` ends a file after each input batch (as pylance does),
+    however many rows a batch holds: two 8 MB batches, two fragments; pylance reads them."""
+    schema = pa.schema([pa.field("a", pa.string())])
+    batch = pa.record_batch([pa.array(["0" * 1024] * 8192)], schema=schema)
+    frags = al.write_fragments(pa.RecordBatchReader.from_batches(schema, [batch, batch]),
+                               str(tmp_path / "t"), max_rows_per_group=512,
+                               max_bytes_per_file=1024)
+    assert len(frags) == 2 and [f.physical_rows for f in frags] == [8192, 8192]
+    from lance.fragment import FragmentMetadata as PyMeta
+    converted = [PyMeta.from_json(json.dumps(f.to_json())) for f in frags]
+    ds = lance.LanceDataset.commit(str(tmp_path / "t"),
+                                   lance.LanceOperation.Overwrite(schema, converted))
+    assert ds.count_rows() == 16384

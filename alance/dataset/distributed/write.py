@@ -48,7 +48,7 @@ from alance.dataset.distributed.staging import (
     recording_store,
     staging_dir,
 )
-from alance.dataset.fragments.inputs import record_batch_stream, regroup
+from alance.dataset.fragments.inputs import REGROUP_MAX_BYTES, record_batch_stream, regroup
 from alance.dataset.fragments.write import (
     FileEvents,
     WriteParams,
@@ -176,7 +176,8 @@ class DistributedWrite(Job):
         async def conformed() -> AsyncIterator[pa.RecordBatch]:
             async for batch in regroup(announced(), self.params.rows_per_chunk,
                                        self.params.max_bytes_per_file,
-                                       self.params.max_rows_per_group):
+                                       self.params.max_rows_per_group,
+                                       split_bytes=REGROUP_MAX_BYTES):
                 out = conform_batch(batch, target)
                 yield out
                 counted[0] += out.num_rows

@@ -515,26 +515,27 @@ REGROUP_MAX_BYTES = 32 * 1024 * 1024
 
 async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
                   max_bytes: int | None = None, align: int = 1,
-                  ) -> AsyncIterator[pa.RecordBatch]:
-    """Re-chunk a stream into batches of ``rows`` rows (the last may be shorter), or fewer
-    where that many would hold more than ``max_bytes`` (at most :data:`REGROUP_MAX_BYTES`):
-    then a multiple of ``align`` rows (row groups stay whole) when a group fits, judged by
-    each input batch's bytes per row.
+                  split_bytes: int | None = None) -> AsyncIterator[pa.RecordBatch]:
+    """Re-chunk a stream into batches of ``rows`` rows (the last may be shorter).
 
     Large input batches are sliced without copying; small ones are combined, and combined
     batches are also cut once they hold ``max_bytes`` (batches of large values, such as
-    blobs, are not gathered ``rows`` at a time).
+    blobs, are not gathered ``rows`` at a time). An input batch of more than ``split_bytes``
+    (default: ``max_bytes``, at most :data:`REGROUP_MAX_BYTES`) is sliced into fewer rows,
+    judged by its bytes per row: whole groups of ``align`` rows where one fits, else as many
+    rows as fit (one at least).
     """
-    limit = REGROUP_MAX_BYTES if max_bytes is None else min(max_bytes, REGROUP_MAX_BYTES)
+    if split_bytes is None:
+        split_bytes = REGROUP_MAX_BYTES if max_bytes is None else min(max_bytes,
+                                                                      REGROUP_MAX_BYTES)
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     pending_bytes = 0
     async for batch in batches:
         n = batch.num_rows
         step = rows
-        if n and batch.nbytes > limit:
-            fit = int(limit * n // batch.nbytes)
-            # whole groups where one fits; else as many rows as fit (one at least: blobs)
+        if n and batch.nbytes > split_bytes:
+            fit = int(split_bytes * n // batch.nbytes)
             step = min(rows, fit - fit % align if fit >= align else max(1, fit))
         start = 0
         while start < n:
@@ -549,7 +550,8 @@ async def regroup(batches: AsyncIterator[pa.RecordBatch], rows: int,
                 pending.append(part)
                 pending_rows += take
                 pending_bytes += part.nbytes
-                if pending_rows >= step or pending_bytes >= limit:
+                if pending_rows >= step or pending_bytes >= split_bytes or (
+                        max_bytes is not None and pending_bytes >= max_bytes):
                     yield _concat(pending)
                     pending, pending_rows, pending_bytes = [], 0, 0
             start += take
