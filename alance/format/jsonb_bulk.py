@@ -2,15 +2,17 @@
 
 :func:`alance.format.jsonb.to_text` converts one value in Python (~10 µs each). This module
 does the same for an array of values level by level: every container of every value at one
-nesting depth is read together (headers, JEntries, item ranges), leaf items are printed with
-Arrow kernels (strings quoted, integers cast), and each container's text is joined from its
-tokens (``[``, items, ``,``, ``]``...) with ``binary_join`` over a list array, deepest level
-first. The output is the same text :func:`~alance.format.jsonb.to_text` prints.
+nesting depth is read together (headers, JEntries, item ranges); leaf items are printed with
+Arrow kernels (strings quoted, numbers cast); object keys are printed once per distinct key
+set (objects of a column mostly repeat theirs). Every value's text is then one run of tokens
+(``[``, ``,``, a key head such as ``,"name":``, a leaf, ``]``...) laid out for all values at
+once and gathered with one take. The output is the same text
+:func:`~alance.format.jsonb.to_text` prints.
 
-Values this path does not handle (end-offset JEntries, strings needing escapes, integers
-beyond int64, anything malformed, deeper than ``MAX_DEPTH``) are reported back by index and
-printed one by one by the caller (which also raises the precise error for a damaged value).
-Doubles are printed per item in Python (``_float_text``: pylance's notation).
+Values this path does not handle (end-offset JEntries, strings or keys needing escapes,
+anything malformed, deeper than ``MAX_DEPTH``) are reported back by index and printed one by
+one by the caller (which also raises the precise error for a damaged value). Doubles in
+exponent notation and integers beyond int64 are printed item by item in Python.
 """
 
 from __future__ import annotations
@@ -29,27 +31,38 @@ __all__ = ["BULK_MIN_VALUES", "array_to_text", "bulk_text"]
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
 _NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = 0, 1, 2, 3, 4, 5
 #: Fixed pieces, by index: what tokens point at besides leaf and child texts.
-_PUNCT = ["[", "]", "{", "}", ",", ":", "null", "false", "true"]
-_OPEN_A, _CLOSE_A, _OPEN_O, _CLOSE_O, _COMMA, _COLON = 0, 1, 2, 3, 4, 5
-_CONST = {_NULL: 6, _FALSE: 7, _TRUE: 8}
+_PUNCT = ["[", "]", "}", ",", "null", "false", "true", "[]", "{}"]
+_OPEN_A, _CLOSE_A, _CLOSE_O, _COMMA, _EMPTY_A, _EMPTY_O = 0, 1, 2, 3, 7, 8
+#: The token of a value by its type: null, false and true print as fixed pieces (the others
+#: get their own token, or none: containers).
+_CONST_TOKEN = np.array([4, 0, 0, 5, 6, 0, 0, 0], np.int64)
 _PUNCT_TEXT = pa.array(_PUNCT, pa.large_string())
 _EMPTY = pa.array([""], pa.large_string())
 
 
 @dataclass
 class _Level:
-    """The containers of one depth and their items (entries)."""
+    """The containers (nodes) of one depth: their entries (object keys, then values) and
+    their values (array items, object values, a top-level scalar), each in node order."""
 
-    node_value: np.ndarray      # top-level value index of each node
-    kind: np.ndarray            # _ARRAY / _OBJECT / _SCALAR per node
-    count: np.ndarray           # items (arrays) or entries (objects) per node
-    first: np.ndarray           # index of each node's first entry
-    typ: np.ndarray             # entry types
-    start: np.ndarray           # entry byte ranges
+    node_start: np.ndarray      # per node: where its bytes start
+    node_value: np.ndarray      # per node: its top-level value
+    kind: np.ndarray            # per node: _ARRAY / _OBJECT / _SCALAR
+    count: np.ndarray           # per node: items (arrays) or keys (objects)
+    first: np.ndarray           # per node: index of its first entry
+    typ: np.ndarray             # per entry: type
+    start: np.ndarray           # per entry: byte range
     stop: np.ndarray
-    child: np.ndarray           # for container entries: node index in the next level
-    owner: np.ndarray           # per entry: its node
-    j: np.ndarray               # per entry: its index in its node
+    per_node: np.ndarray        # per node: how many values
+    ventry: np.ndarray          # per value: its entry
+    vslot: np.ndarray           # per value: its index among its node's values
+    vtyp: np.ndarray            # per value: type
+    vvalue: np.ndarray          # per value: its top-level value
+
+    @property
+    def vfirst(self) -> np.ndarray:
+        """Per node: index of its first value."""
+        return np.cumsum(self.per_node) - self.per_node
 
 
 def _windows(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -65,54 +78,65 @@ def _u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return _windows(data, pos, 4).view(">u4").astype(np.uint32)
 
 
+def _ranks(first: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``0..sizes[i]-1`` for every group i back to back (``first``: the groups' running
+    starts)."""
+    total = int(first[-1] + sizes[-1]) if len(sizes) else 0
+    return np.arange(total) - np.repeat(first, sizes)
+
+
 def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: np.ndarray,
                 slow: np.ndarray, top: bool) -> _Level:
     """Parse the containers ``[starts, ends)`` (marking their values ``slow`` where this path
     cannot follow them)."""
-    n = len(starts)
     short = ends - starts < 4
-    slow[value[short]] = True
     head = _u32_be(data, np.where(short, 0, starts))
-    kind = head & np.uint32(0xE0000000)
+    kind = (head & np.uint32(0xE0000000)).astype(np.int64)
     count = (head & np.uint32(0x1FFFFFFF)).astype(np.int64)
-    m = np.where(kind == _ARRAY, count, np.where(kind == _OBJECT, 2 * count,
+    is_obj = kind == _OBJECT
+    m = np.where(kind == _ARRAY, count, np.where(is_obj, 2 * count,
                                                  np.where(kind == _SCALAR, 1, 0)))
-    bad = short | ~((kind == _ARRAY) | (kind == _OBJECT) | ((kind == _SCALAR) & top))
+    bad = short | ~((kind == _ARRAY) | is_obj | ((kind == _SCALAR) & top))
     table = starts + 4 + 4 * m
     bad |= table > ends
-    slow[value[bad]] = True
-    # a node this path cannot follow prints as "[]" (its value is printed one by one)
-    kind = np.where(bad, np.uint32(_ARRAY), kind)
-    count = np.where(bad, 0, count)
-    m = np.where(bad, 0, m)
-    first = np.concatenate(([0], np.cumsum(m)[:-1])).astype(np.int64) if n else m
-    total = int(m.sum())
-    owner = np.repeat(np.arange(n), m)
-    index = np.arange(total)
-    j = index - first[owner]
-    # entry i of a node lies at start + 4 + 4 * j, that is (start - 4 * first) + 4 + 4 * i
-    entries = (_u32_be(data, (starts - 4 * first + 4)[owner] + 4 * index) if total
+    if bad.any():
+        # a node this path cannot follow prints as "[]" (its value is printed one by one)
+        slow[value[bad]] = True
+        kind = np.where(bad, _ARRAY, kind)
+        count = np.where(bad, 0, count)
+        m = np.where(bad, 0, m)
+        is_obj = kind == _OBJECT
+    first = np.cumsum(m) - m
+    j = _ranks(first, m)
+    total = len(j)
+    entries = (_u32_be(data, np.repeat(starts + 4, m) + 4 * j) if total
                else np.zeros(0, np.uint32))
-    if (entries >= np.uint32(0x80000000)).any():
-        slow[value[owner[entries >= np.uint32(0x80000000)]]] = True
     typ = (entries >> np.uint32(28)).astype(np.int64) & 7
     length = (entries & np.uint32(0x0FFFFFFF)).astype(np.int64)
     stop = np.cumsum(length)
     # a node's items start after its table: shift each node's running sum there
-    stop += (table - np.concatenate(([0], stop))[first])[owner] if total else 0
+    if total:
+        stop += np.repeat(table - np.concatenate(([0], stop))[first], m)
     start = stop - length
-    node_end = ends[owner]
-    over = stop > node_end
+    has = m > 0
+    over = np.zeros(len(m), dtype=bool)
+    if total:
+        over[has] = stop[(first + m - 1)[has]] > ends[has]  # (stops only grow in a node)
     if over.any():
-        slow[value[owner[over]]] = True
-        stop = np.minimum(stop, node_end)
+        slow[value[over]] = True
+        stop = np.minimum(stop, np.repeat(ends, m))
         start = np.minimum(start, stop)
-    if np.any(kind == _OBJECT):  # object keys are strings
-        key = (kind[owner] == _OBJECT) & (j < count[owner])
-        slow[value[owner[key & (typ != _STRING)]]] = True
-    slow[value[owner[typ > _CONTAINER]]] = True
-    return _Level(value, kind.astype(np.int64), count, first, typ, start, stop,
-                  np.full(total, -1, np.int64), owner, j)
+    keys = np.where(is_obj, count, 0)
+    wrong = (typ > _CONTAINER) | (entries >= np.uint32(0x80000000))
+    if is_obj.any():  # object keys are strings
+        wrong |= (j < np.repeat(keys, m)) & (typ != _STRING)
+    if wrong.any():
+        slow[value[np.searchsorted(first, np.flatnonzero(wrong), side="right") - 1]] = True
+    per_node = np.where(kind == _SCALAR, 1, count)
+    vslot = _ranks(np.cumsum(per_node) - per_node, per_node)
+    ventry = np.repeat(first + keys, per_node) + vslot
+    return _Level(starts, value, kind, count, first, typ, start, stop, per_node, ventry,
+                  vslot, typ[ventry], np.repeat(value, per_node))
 
 
 def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.Array:
@@ -144,14 +168,12 @@ def _needs_escape(raw: pa.Array) -> np.ndarray:
     return needs
 
 
-def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, slow: np.ndarray,
-                ) -> tuple[list[pa.Array], np.ndarray]:
-    """Texts of the string and number entries ``leaves``: the pieces (in any order) and the
-    piece of each leaf."""
-    typ, start, stop = lvl.typ[leaves], lvl.start[leaves], lvl.stop[leaves]
-    value = lvl.node_value[lvl.owner[leaves]]
+def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.ndarray,
+                value: np.ndarray, slow: np.ndarray) -> tuple[list[pa.Array], np.ndarray]:
+    """Texts of string and number items (types ``typ``, bytes ``data[start:stop]``, of the
+    top-level values ``value``): the pieces (in any order) and the piece of each item."""
     parts: list[pa.Array] = [_EMPTY]  # piece 0: a value printed
-    piece = np.zeros(len(leaves), dtype=np.int64)                # one by one instead
+    piece = np.zeros(len(typ), dtype=np.int64)                   # one by one instead
     size = [1]
 
     def add(texts: pa.Array, sel: np.ndarray) -> None:
@@ -187,11 +209,13 @@ def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, slow: np.ndar
                 if not len(sel):
                     continue
                 vals = _windows(data, n0[sel] + 1, width).view(f">{kind}{width}")
-                if kind == "u" and width == 8:
-                    texts = pa.array([str(x) for x in vals.tolist()], pa.large_string())
-                else:
-                    texts = pa.array(vals.astype(np.int64)).cast(pa.large_string())
-                add(texts, numbers[sel])
+                if kind == "u" and width == 8:  # beyond int64: printed by Python
+                    big = vals > np.uint64(2**63 - 1)
+                    if big.any():
+                        add(pa.array([str(x) for x in vals[big].tolist()], pa.large_string()),
+                            numbers[sel[big]])
+                        sel, vals = sel[~big], vals[~big]
+                add(pa.array(vals.astype(np.int64)).cast(pa.large_string()), numbers[sel])
                 done[sel] = True
         floats = np.flatnonzero((tag == 0x60) & (width_all == 9))
         if len(floats):
@@ -214,61 +238,155 @@ def _leaf_texts(data: np.ndarray, lvl: _Level, leaves: np.ndarray, slow: np.ndar
                                                 pa.scalar(".0", pa.large_string()),
                                                 pa.scalar("", pa.large_string())),
                     numbers[ok[integral]])
-            add(pa.array([_float_text(x) for x in fx[expo].tolist()], pa.large_string()),
-                numbers[ok[expo]])
+            if expo.any():
+                add(pa.array([_float_text(x) for x in fx[expo].tolist()], pa.large_string()),
+                    numbers[ok[expo]])
             done[ok] = True
         slow[value[numbers[~done]]] = True
     return parts, piece
 
 
-def _join(lvl: _Level, leaf_pieces: list[pa.Array], leaf_piece: np.ndarray,
-          child_texts: pa.Array) -> pa.Array:
-    """Each node's text from its tokens (``leaf_piece``: per entry, its piece in
-    ``leaf_pieces``, -1 for entries that are not strings or numbers)."""
-    kind, count = lvl.kind, lvl.count
-    arr, obj, sca = kind == _ARRAY, kind == _OBJECT, kind == _SCALAR
-    ntok = np.where(sca, 1, np.where(count == 0, 2, np.where(arr, 2 * count + 1,
-                                                             4 * count + 1)))
-    off = np.concatenate(([0], np.cumsum(ntok))).astype(np.int64)
-    tok = np.zeros(int(off[-1]), dtype=np.int64)
-    base_leaf = len(_PUNCT)
-    base_child = base_leaf + sum(len(p) for p in leaf_pieces)
-    piece = np.zeros(len(lvl.typ), dtype=np.int64)
-    for kind_of_leaf, const in _CONST.items():
-        piece[lvl.typ == kind_of_leaf] = const
-    leafy = leaf_piece >= 0
-    piece[leafy] = base_leaf + leaf_piece[leafy]
-    cont = lvl.typ == _CONTAINER
-    piece[cont] = base_child + lvl.child[cont]
-    owner, j = lvl.owner, lvl.j
-    c = count[owner]
-    at = off[owner]
-    tok[off[:-1][arr]] = _OPEN_A
-    tok[off[1:][arr] - 1] = _CLOSE_A
-    tok[off[:-1][obj]] = _OPEN_O
-    tok[off[1:][obj] - 1] = _CLOSE_O
-    ea = arr[owner]
-    tok[at[ea] + 1 + 2 * j[ea]] = piece[ea]
-    ca = ea & (j < c - 1)
-    tok[at[ca] + 2 + 2 * j[ca]] = _COMMA
-    key = obj[owner] & (j < c)
-    tok[at[key] + 1 + 4 * j[key]] = piece[key]
-    tok[at[key] + 2 + 4 * j[key]] = _COLON
-    val = obj[owner] & (j >= c)
-    vj = j - c
-    tok[at[val] + 3 + 4 * vj[val]] = piece[val]
-    co = val & (vj < c - 1)
-    tok[at[co] + 4 + 4 * vj[co]] = _COMMA
-    es = sca[owner]
-    tok[at[es]] = piece[es]
-    pieces = pa.concat_arrays([_PUNCT_TEXT, *leaf_pieces, child_texts.cast(pa.large_string())])
-    tokens = pieces.take(pa.array(tok))
-    # The tokens' bytes lie back to back in node order: each node's text is the run of its
-    # tokens' bytes, so the node offsets are the token offsets at the node boundaries.
-    token_ends = np.frombuffer(tokens.buffers()[1], np.int64, len(tokens) + 1, tokens.offset * 8)
-    return pa.Array.from_buffers(pa.large_string(), len(kind),
-                                 [None, pa.py_buffer(np.ascontiguousarray(token_ends[off])),
-                                  tokens.buffers()[2] or pa.py_buffer(b"")])
+def _key_heads(data: np.ndarray, start: np.ndarray, stop: np.ndarray,
+               first: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """The text each object key opens its entry with: ``{"key":`` for a first key,
+    ``,"key":`` for the others. Each distinct key is printed twice (both forms) and every
+    key refers to one of those: the heads, the head of each key and which keys this path
+    cannot print (escapes, not UTF-8)."""
+    raw = _ranges_binary(data, start, stop)
+    encoded = pc.dictionary_encode(raw)
+    index = np.asarray(encoded.indices, dtype=np.int64)
+    keys = encoded.dictionary
+    bad = _needs_escape(keys.cast(pa.large_binary()))
+    try:
+        text = keys.cast(pa.large_string())
+    except pa.ArrowInvalid:  # not UTF-8: the per-value path raises the error
+        bad[:] = True
+        text = pa.array([""] * len(keys), pa.large_string())
+    empty = pa.scalar("", pa.large_string())
+    close = pa.scalar('":', pa.large_string())
+    opened = pc.binary_join_element_wise(pa.scalar('{"', pa.large_string()), text, close, empty)
+    later = pc.binary_join_element_wise(pa.scalar(',"', pa.large_string()), text, close, empty)
+    # head 2u: key u as a first key; 2u + 1: key u after another
+    both = pa.concat_arrays([opened, later]).take(
+        pa.array(np.arange(2 * len(keys)).reshape(2, -1).T.ravel()))
+    return both, 2 * index + (~first).astype(np.int64), bad[index]
+
+
+def _object_heads(data: np.ndarray, lvl: _Level, slow: np.ndarray,
+                  ) -> tuple[pa.Array, np.ndarray]:
+    """The key heads of the non-empty objects of ``lvl`` and the head of each of their
+    values (in value order).
+
+    Objects of one column mostly repeat their keys: objects are grouped by their header,
+    key JEntries and key bytes together (which fix the keys), and only one object of each
+    group has its keys printed."""
+    obj = np.flatnonzero((lvl.kind == _OBJECT) & (lvl.count > 0))
+    count, first, node = lvl.count[obj], lvl.first[obj], lvl.node_start[obj]
+    # ranges: the header and key JEntries, then the key bytes, of every object
+    bounds = np.empty((len(obj), 4), np.int64)
+    bounds[:, 0], bounds[:, 1] = node, node + 4 + 4 * count
+    bounds[:, 2], bounds[:, 3] = lvl.start[first], lvl.stop[first + count - 1]
+    pairs = _ranges_binary(data, bounds[:, 0::2].ravel(), bounds[:, 1::2].ravel())
+    offsets = np.frombuffer(pairs.buffers()[1], np.int64, 2 * len(obj) + 1, pairs.offset * 8)
+    signature = pa.Array.from_buffers(pa.large_binary(), len(obj),
+                                      [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])),
+                                       pairs.buffers()[2]])
+    encoded = pc.dictionary_encode(signature)
+    group = np.asarray(encoded.indices, dtype=np.int64)
+    rep = np.empty(len(encoded.dictionary), np.int64)
+    rep[group] = np.arange(len(obj))  # any object of a group stands for it
+    rep_count = count[rep]
+    rep_first = np.cumsum(rep_count) - rep_count
+    rank = _ranks(rep_first, rep_count)
+    key_entry = np.repeat(first[rep], rep_count) + rank
+    heads, head, bad = _key_heads(data, lvl.start[key_entry], lvl.stop[key_entry], rank == 0)
+    if bad.any():
+        bad_group = np.zeros(len(rep), dtype=bool)
+        bad_group[np.repeat(np.arange(len(rep)), rep_count)[bad]] = True
+        slow[lvl.node_value[obj[bad_group[group]]]] = True
+    at = np.repeat(rep_first[group], count)
+    return heads, head[at + _ranks(np.cumsum(count) - count, count)]
+
+
+def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Array:
+    """Each top-level value's text, as one run of tokens.
+
+    A node prints as its slots (objects: a key head then the value; arrays: ``[`` or ``,``
+    then the item; a top-level scalar: the item alone) and a closing ``]``/``}``; an empty
+    container as ``[]``/``{}``. A container item is not printed on its own: its node's
+    tokens stand in its slot. Sizes (tokens per node) are summed deepest level first, then
+    every token's position is laid out from the top, and one take gathers all tokens."""
+    pieces: list[pa.Array] = [_PUNCT_TEXT]
+    n_pieces = len(_PUNCT)
+    leads, tokens = [], []  # per level, per value: the token before it and its own token
+    for lvl in levels:
+        vkind = np.repeat(lvl.kind, lvl.per_node)
+        lead = np.where(lvl.vslot == 0, _OPEN_A, _COMMA)
+        in_obj = vkind == _OBJECT
+        if in_obj.any():
+            heads, head = _object_heads(data, lvl, slow)
+            lead[in_obj] = n_pieces + head
+            pieces.append(heads)
+            n_pieces += len(heads)
+        vtyp = lvl.vtyp
+        own = _CONST_TOKEN[np.minimum(vtyp, 7)]
+        leafy = np.flatnonzero((vtyp == _STRING) | (vtyp == _NUMBER))
+        entry = lvl.ventry[leafy]
+        parts, piece = _leaf_texts(data, vtyp[leafy], lvl.start[entry], lvl.stop[entry],
+                                   lvl.vvalue[leafy], slow)
+        own[leafy] = n_pieces + piece
+        pieces.extend(parts)
+        n_pieces += sum(len(p) for p in parts)
+        leads.append(lead)
+        tokens.append(own)
+
+    # tokens per node, deepest level first
+    sizes: list[np.ndarray] = [np.zeros(0, np.int64)] * len(levels)
+    widths: list[np.ndarray] = [np.zeros(0, np.int64)] * len(levels)  # running sums
+    below = np.zeros(0, np.int64)
+    for depth in range(len(levels) - 1, -1, -1):
+        lvl = levels[depth]
+        has_lead = np.repeat(lvl.kind != _SCALAR, lvl.per_node).astype(np.int64)
+        width = has_lead + 1
+        cont = lvl.vtyp == _CONTAINER
+        width[cont] = has_lead[cont] + below
+        ends = np.concatenate(([0], np.cumsum(width)))
+        vfirst = lvl.vfirst
+        widths[depth] = ends
+        sizes[depth] = below = (ends[vfirst + lvl.per_node] - ends[vfirst]
+                                + (lvl.kind != _SCALAR))
+
+    # positions, from the top
+    bounds = np.concatenate(([0], np.cumsum(sizes[0])))
+    tok = np.zeros(int(bounds[-1]), dtype=np.int64)
+    node_start = bounds[:-1]
+    for depth, lvl in enumerate(levels):
+        ends = widths[depth]  # tokens before each value in its level
+        slot_pos = np.repeat(node_start - ends[lvl.vfirst], lvl.per_node) + ends[:-1]
+        scalar = lvl.kind == _SCALAR
+        if scalar.any():
+            has_lead = np.repeat(~scalar, lvl.per_node)
+            tok[slot_pos[has_lead]] = leads[depth][has_lead]
+            value_pos = slot_pos + has_lead
+        else:
+            tok[slot_pos] = leads[depth]
+            value_pos = slot_pos + 1
+        cont = lvl.vtyp == _CONTAINER
+        tok[value_pos[~cont]] = tokens[depth][~cont]
+        closing = node_start + sizes[depth] - 1  # (an empty node: its one token)
+        empty = lvl.per_node == 0
+        close = np.where(lvl.kind == _OBJECT, np.where(empty, _EMPTY_O, _CLOSE_O),
+                         np.where(empty, _EMPTY_A, _CLOSE_A))
+        tok[closing[~scalar]] = close[~scalar]
+        node_start = value_pos[cont]  # the next level's nodes, in order
+
+    text = pa.concat_arrays([p.cast(pa.large_string()) for p in pieces]).take(pa.array(tok))
+    # the tokens' bytes lie back to back in value order: a value's text is the run of its
+    # tokens' bytes
+    token_ends = np.frombuffer(text.buffers()[1], np.int64, len(text) + 1, text.offset * 8)
+    return pa.Array.from_buffers(pa.large_string(), len(bounds) - 1,
+                                 [None, pa.py_buffer(np.ascontiguousarray(token_ends[bounds])),
+                                  text.buffers()[2] or pa.py_buffer(b"")])
 
 
 def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -279,28 +397,18 @@ def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     slow = np.zeros(n, dtype=bool)
     levels: list[_Level] = []
     s, e, v = starts.astype(np.int64), ends.astype(np.int64), np.arange(n)
-    top = True
     while len(s):
         if len(levels) > MAX_DEPTH:
             slow[v] = True
             break
-        lvl = _read_level(data, s, e, v, slow, top)
+        lvl = _read_level(data, s, e, v, slow, not levels)
         levels.append(lvl)
-        top = False
-        cont = np.flatnonzero(lvl.typ == _CONTAINER)
-        owner = lvl.owner[cont]
-        lvl.child[cont] = np.arange(len(cont))
-        s, e, v = lvl.start[cont], lvl.stop[cont], lvl.node_value[owner]
-    texts: pa.Array = pa.array([], pa.large_string())
-    for lvl in reversed(levels):
-        leaves = np.flatnonzero((lvl.typ == _STRING) | (lvl.typ == _NUMBER))
-        leaf_pieces, piece_of_leaf = _leaf_texts(data, lvl, leaves, slow)
-        leaf_piece = np.full(len(lvl.typ), -1, dtype=np.int64)
-        leaf_piece[leaves] = piece_of_leaf
-        texts = _join(lvl, leaf_pieces, leaf_piece, texts)
+        cont = np.flatnonzero(lvl.vtyp == _CONTAINER)
+        entry = lvl.ventry[cont]
+        s, e, v = lvl.start[entry], lvl.stop[entry], lvl.vvalue[cont]
     if not levels:
-        texts = pa.array([""] * n, pa.large_string())
-    return texts, slow
+        return pa.array([""] * n, pa.large_string()), slow
+    return _assemble(data, levels, slow), slow
 
 
 def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -189,6 +189,28 @@ def test_json_text_columns_are_stored_as_jsonb(tmp_path) -> None:
     assert back.type == pa.json_() and back.to_pylist() == ['{"a":1}']  # stored compactly
 
 
+@pytest.mark.parametrize("offload", [True, False])
+def test_large_json_columns_read_like_pylance(tmp_path, offload: bool) -> None:
+    """A JSON column big enough to be converted in pieces on the decoding threads (or, with
+    offloading off, on the reading thread) reads back as pylance reads it, nulls in place."""
+    import json
+
+    from alance.io.plans import set_offloading
+    docs = [None if i % 97 == 0 else json.dumps(
+        {"id": i, "name": f"user_{i}", "score": i / 7, "tags": ["a", "b"][: i % 3],
+         "nested": {"x": i * 1_000_003, "ok": i % 2 == 0, "n": None}}) for i in range(6000)]
+    path = str(tmp_path / "docs.lance")
+    lance.write_dataset(pa.table({"doc": pa.array(docs, pa.json_(pa.utf8()))}), path)
+    set_offloading(offload)
+    try:
+        ours = alance.sync.dataset(path).to_table().column("doc")
+    finally:
+        set_offloading(True)
+    theirs = lance.dataset(path).to_table().column("doc")
+    assert ours.type == pa.json_() and ours.to_pylist() == theirs.to_pylist()
+    assert ours.null_count == len([d for d in docs if d is None])
+
+
 async def test_float_filters_order_nan_and_zeros_like_pylance(tmp_path) -> None:
     """Lance compares stored floats with NaN equal to itself and above everything, and
     -0.0 equal to 0.0 (also in IN lists)."""

@@ -34,6 +34,21 @@ def test_column_kernel_prints_what_the_value_printer_prints(docs: list[object | 
     assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
 
 
+#: Few keys, so objects repeat their key sets (the kernel prints each set once), one needing
+#: an escape and one beyond ASCII.
+_keys = st.sampled_from(["id", "name", "a\"b", "é", "tags", ""])
+_shaped = st.recursive(_scalars, lambda kids: st.lists(kids, max_size=3)
+                       | st.dictionaries(_keys, kids, max_size=4), max_leaves=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.none() | _shaped, min_size=BULK_MIN_VALUES, max_size=3 * BULK_MIN_VALUES))
+def test_objects_sharing_keys_print_like_the_value_printer(docs: list[object | None]) -> None:
+    column = _column(docs)
+    got = array_to_text(column).storage.to_pylist()
+    assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
+
+
 def test_floats_and_integers_at_the_edges() -> None:
     values = [0.0, -0.0, 1.0, 100.0, 1e15, 1e16, 1e17, 1.5e-5, 1e-5, 1e-4, 1e-6, 2.5e-7, 0.1,
               123.456, 9999999999999998.0,

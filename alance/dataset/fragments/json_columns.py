@@ -6,8 +6,9 @@ they reach the file writer. Reading: scans and takes of a dataset return ``json`
 ``arrow.json`` text (:func:`text_view` gives the fields users see; the fragment reader reads
 the stored field and converts with :func:`to_text_column`).
 
-The conversion is per value (see :mod:`alance.format.jsonb`); columns of more than
-:data:`OFFLOAD_BYTES` are converted on a worker thread so the event loop stays free.
+Columns are converted whole by the column kernel (:mod:`alance.format.jsonb_bulk`; small
+ones value by value, :mod:`alance.format.jsonb`); columns of more than :data:`OFFLOAD_BYTES`
+are converted on the decoding threads, in pieces side by side, so the event loop stays free.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pyarrow as pa
 from alance.format import jsonb
 from alance.format.jsonb_bulk import array_to_text
 from alance.format.schema import EXT_META_KEY, EXT_NAME_KEY, LanceField, LanceSchema
+from alance.io.plans import DECODE_WORKERS, decode_pool, offloading
 
 ARROW_JSON = "arrow.json"
 LANCE_JSON = "lance.json"
@@ -103,10 +105,21 @@ def text_view(schema: LanceSchema) -> LanceSchema:
 
 
 async def to_text_column(column: pa.Array) -> pa.Array:
-    """JSON text of a column of JSONB values (off the event loop when large)."""
-    if column.nbytes > OFFLOAD_BYTES:
-        return await asyncio.to_thread(array_to_text, column)
-    return array_to_text(column)
+    """JSON text of a column of JSONB values.
+
+    Large columns convert off the event loop, on the shared decoding threads, in one piece
+    per thread (the kernels release the GIL, so the pieces run side by side); with
+    offloading turned off (:func:`~alance.io.plans.set_offloading`), on the calling thread.
+    """
+    if column.nbytes <= OFFLOAD_BYTES or not offloading():
+        return array_to_text(column)
+    loop = asyncio.get_running_loop()
+    pieces = max(1, min(DECODE_WORKERS, column.nbytes // OFFLOAD_BYTES, len(column) // 1024))
+    step = -(-len(column) // pieces)
+    texts = await asyncio.gather(*(
+        loop.run_in_executor(decode_pool(), array_to_text, column.slice(i, step))
+        for i in range(0, len(column), step)))
+    return texts[0] if len(texts) == 1 else pa.chunked_array(texts).combine_chunks()
 
 
 __all__ = ["as_jsonb", "is_json", "storage_field", "storage_schema", "text_field",
