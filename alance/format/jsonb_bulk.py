@@ -85,6 +85,18 @@ def _ranks(first: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(first, sizes)
 
 
+def _tables(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The big-endian u32 words of the byte ranges ``[starts, stops)`` of ``data`` (whole
+    words each), back to back: the JEntry tables of a level's nodes."""
+    raw = _ranges_binary(data, starts, stops)
+    offsets = np.frombuffer(raw.buffers()[1], np.int64, len(raw) + 1, raw.offset * 8)
+    body = raw.buffers()[2]
+    if body is None:
+        return np.zeros(0, np.uint32)
+    words = np.frombuffer(body, np.uint8)[int(offsets[0]): int(offsets[-1])]
+    return words.view(">u4").astype(np.uint32)
+
+
 def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: np.ndarray,
                 slow: np.ndarray, top: bool) -> _Level:
     """Parse the containers ``[starts, ends)`` (marking their values ``slow`` where this path
@@ -106,11 +118,10 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
         count = np.where(bad, 0, count)
         m = np.where(bad, 0, m)
         is_obj = kind == _OBJECT
+        table = starts + 4 + 4 * m
     first = np.cumsum(m) - m
-    j = _ranks(first, m)
-    total = len(j)
-    entries = (_u32_be(data, np.repeat(starts + 4, m) + 4 * j) if total
-               else np.zeros(0, np.uint32))
+    total = int(m.sum())
+    entries = _tables(data, starts + 4, table) if total else np.zeros(0, np.uint32)
     typ = (entries >> np.uint32(28)).astype(np.int64) & 7
     length = (entries & np.uint32(0x0FFFFFFF)).astype(np.int64)
     stop = np.cumsum(length)
@@ -129,7 +140,9 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
     keys = np.where(is_obj, count, 0)
     wrong = (typ > _CONTAINER) | (entries >= np.uint32(0x80000000))
     if is_obj.any():  # object keys are strings
-        wrong |= (j < np.repeat(keys, m)) & (typ != _STRING)
+        is_key = np.repeat(np.tile(np.array([True, False]), len(m)),
+                           np.column_stack((keys, m - keys)).ravel())
+        wrong |= is_key & (typ != _STRING)
     if wrong.any():
         slow[value[np.searchsorted(first, np.flatnonzero(wrong), side="right") - 1]] = True
     per_node = np.where(kind == _SCALAR, 1, count)
