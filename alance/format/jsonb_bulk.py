@@ -35,7 +35,7 @@ _PUNCT = ["[", "]", "}", ",", "null", "false", "true", "[]", "{}"]
 _OPEN_A, _CLOSE_A, _CLOSE_O, _COMMA, _EMPTY_A, _EMPTY_O = 0, 1, 2, 3, 7, 8
 #: The token of a value by its type: null, false and true print as fixed pieces (the others
 #: get their own token, or none: containers).
-_CONST_TOKEN = np.array([4, 0, 0, 5, 6, 0, 0, 0], np.int64)
+_CONST_TOKEN = np.array([4, 0, 0, 5, 6, 0, 0, 0], np.int32)
 _PUNCT_TEXT = pa.array(_PUNCT, pa.large_string())
 _EMPTY = pa.array([""], pa.large_string())
 
@@ -122,7 +122,7 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
     first = np.cumsum(m) - m
     total = int(m.sum())
     entries = _tables(data, starts + 4, table) if total else np.zeros(0, np.uint32)
-    typ = (entries >> np.uint32(28)).astype(np.int64) & 7
+    typ = (entries >> np.uint32(28)).astype(np.uint8) & np.uint8(7)
     length = (entries & np.uint32(0x0FFFFFFF)).astype(np.int64)
     stop = np.cumsum(length)
     # a node's items start after its table: shift each node's running sum there
@@ -334,7 +334,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     leads, tokens = [], []  # per level, per value: the token before it and its own token
     for lvl in levels:
         vkind = np.repeat(lvl.kind, lvl.per_node)
-        lead = np.where(lvl.vslot == 0, _OPEN_A, _COMMA)
+        lead = np.where(lvl.vslot == 0, np.int32(_OPEN_A), np.int32(_COMMA))
         in_obj = vkind == _OBJECT
         if in_obj.any():
             heads, head = _object_heads(data, lvl, slow)
@@ -371,7 +371,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
 
     # positions, from the top
     bounds = np.concatenate(([0], np.cumsum(sizes[0])))
-    tok = np.zeros(int(bounds[-1]), dtype=np.int64)
+    tok = np.zeros(int(bounds[-1]), dtype=np.int32)  # (fewer pieces than data bytes)
     node_start = bounds[:-1]
     for depth, lvl in enumerate(levels):
         ends = widths[depth]  # tokens before each value in its level
@@ -430,6 +430,12 @@ def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
         arr = arr.combine_chunks()
     storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
     if len(storage) >= BULK_MIN_VALUES:
+        pieces = -(-storage.nbytes // PIECE_BYTES)
+        if pieces > 1:  # (the kernel's token indices are 32-bit)
+            step = -(-len(storage) // pieces)
+            texts = [_bulk_to_text(storage.slice(i, step))
+                     for i in range(0, len(storage), step)]
+            return pa.chunked_array(texts).combine_chunks()
         return _bulk_to_text(storage)
     values = storage.to_pylist()
     texts = [None if v is None else to_text(v) for v in values]
@@ -439,6 +445,8 @@ def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 #: Columns of at least this many values are converted by the column kernel
 #: (:mod:`alance.format.jsonb_bulk`); fewer, value by value.
 BULK_MIN_VALUES = 64
+#: The column kernel converts at most about this many bytes of values at once.
+PIECE_BYTES = 256 << 20
 
 
 def _bulk_to_text(storage: pa.Array) -> pa.Array:

@@ -64,3 +64,12 @@ def test_damaged_values_raise_the_per_value_error() -> None:
     column = pa.array([*good, b"\x80\x00\x00\x05\x00"], pa.large_binary())
     with pytest.raises(CorruptFileError):
         array_to_text(column)
+
+
+def test_columns_beyond_the_piece_size_convert_in_pieces(monkeypatch) -> None:
+    from alance.format import jsonb_bulk
+    monkeypatch.setattr(jsonb_bulk, "PIECE_BYTES", 1000)
+    docs = [{"i": i, "s": "x" * (i % 7)} if i % 5 else None for i in range(500)]
+    column = _column(docs)
+    got = array_to_text(column).storage.to_pylist()
+    assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
