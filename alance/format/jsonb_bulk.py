@@ -65,6 +65,11 @@ class _Level:
         return np.cumsum(self.per_node) - self.per_node
 
 
+def _as(arr: pa.Array, typ: pa.DataType) -> pa.Array:
+    """``arr`` cast to ``typ`` (a call to Arrow's cast only when the type differs)."""
+    return arr if arr.type == typ else arr.cast(typ)
+
+
 def _windows(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each position ``pos`` of ``data`` (each in bounds), as
     ``width``-byte items to view as numbers."""
@@ -192,7 +197,7 @@ def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.n
     def add(texts: pa.Array, sel: np.ndarray) -> None:
         piece[sel] = size[0] + np.arange(len(sel))
         size[0] += len(sel)
-        parts.append(texts.cast(pa.large_string()))
+        parts.append(_as(texts, pa.large_string()))
 
     strings = np.flatnonzero(typ == _STRING)
     if len(strings):
@@ -269,7 +274,7 @@ def _key_heads(data: np.ndarray, start: np.ndarray, stop: np.ndarray,
     encoded = pc.dictionary_encode(raw)
     index = np.asarray(encoded.indices, dtype=np.int64)
     keys = encoded.dictionary
-    bad = _needs_escape(keys.cast(pa.large_binary()))
+    bad = _needs_escape(_as(keys, pa.large_binary()))
     try:
         text = keys.cast(pa.large_string())
     except pa.ArrowInvalid:  # not UTF-8: the per-value path raises the error
@@ -393,7 +398,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
         tok[closing[~scalar]] = close[~scalar]
         node_start = value_pos[cont]  # the next level's nodes, in order
 
-    text = pa.concat_arrays([p.cast(pa.large_string()) for p in pieces]).take(pa.array(tok))
+    text = pa.concat_arrays([_as(p, pa.large_string()) for p in pieces]).take(pa.array(tok))
     # the tokens' bytes lie back to back in value order: a value's text is the run of its
     # tokens' bytes
     token_ends = np.frombuffer(text.buffers()[1], np.int64, len(text) + 1, text.offset * 8)
@@ -450,7 +455,7 @@ PIECE_BYTES = 256 << 20
 
 
 def _bulk_to_text(storage: pa.Array) -> pa.Array:
-    storage = storage.cast(pa.large_binary())
+    storage = _as(storage, pa.large_binary())
     n = len(storage)
     offsets = np.frombuffer(storage.buffers()[1], np.int64, n + 1, storage.offset * 8)
     data = (np.frombuffer(storage.buffers()[2], np.uint8) if storage.buffers()[2] is not None
@@ -463,7 +468,7 @@ def _bulk_to_text(storage: pa.Array) -> pa.Array:
     valid = np.asarray(storage.is_valid())
     rows = np.flatnonzero(valid)
     texts, slow = bulk_text(data, offsets[:-1][rows], offsets[1:][rows])
-    out = texts.cast(pa.large_string())
+    out = _as(texts, pa.large_string())
     if slow.any():  # printed one by one (and damaged values raise here)
         again = rows[slow]
         fixed = pa.array([to_text(storage[int(i)].as_py()) for i in again], pa.large_string())
