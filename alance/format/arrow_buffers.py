@@ -51,9 +51,48 @@ def pooled_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays, out=pooled_empty(shape, dtype))
 
 
+def _owner(arr: np.ndarray) -> object:
+    """The object whose memory ``arr`` views (the exporter of a memoryview it came from)."""
+    base: object = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    return base
+
+
+def adjacent_view(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """``arrays`` (along the first axis) as one read-only view, without a copy, when they lie
+    back to back in one buffer (pages adjacent in a file, read in one piece); else None.
+
+    The view keeps that buffer alive; it is read-only, so it can never write through to the
+    bytes a store handed out."""
+    first = arrays[0]
+    owner = _owner(first)
+    if isinstance(owner, np.ndarray) or owner is None:
+        return None
+    at = first.ctypes.data
+    for a in arrays:
+        if (a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
+                or not a.flags.c_contiguous or a.ctypes.data != at or _owner(a) is not owner):
+            return None
+        at += a.nbytes
+    try:
+        whole = np.frombuffer(owner, np.uint8)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    lo = first.ctypes.data - whole.ctypes.data
+    if lo < 0 or lo + (at - first.ctypes.data) > whole.nbytes:
+        return None
+    view = whole[lo: lo + at - first.ctypes.data].view(first.dtype)
+    view = view.reshape((sum(len(a) for a in arrays), *first.shape[1:]))
+    view.flags.writeable = False
+    return view
+
+
 #: Arrays of at least this many bytes come from Arrow's memory pool (:func:`pooled_empty`).
 POOLED_BYTES = 64 * 1024
 
 
-__all__ = ["POOLED_BYTES", "VALUE_ALIGNMENT", "aligned_buffer", "pooled_concatenate",
-           "pooled_empty"]
+__all__ = ["POOLED_BYTES", "VALUE_ALIGNMENT", "adjacent_view", "aligned_buffer",
+           "pooled_concatenate", "pooled_empty"]

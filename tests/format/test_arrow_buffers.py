@@ -14,6 +14,7 @@ from pyarrow import acero
 
 from alance.format.arrow_buffers import (
     POOLED_BYTES,
+    adjacent_view,
     aligned_buffer,
     pooled_concatenate,
     pooled_empty,
@@ -72,3 +73,19 @@ def test_pooled_concatenate_joins_along_the_first_axis() -> None:
     assert got.shape == (6 + POOLED_BYTES // 8, 2) and got.dtype == np.int32
     assert np.array_equal(got, np.concatenate(parts))
     assert pooled_concatenate(parts[:1]) is parts[0]
+
+
+def test_adjacent_views_of_one_buffer_join_without_a_copy() -> None:
+    buf = pa.allocate_buffer(64)
+    raw = memoryview(buf)
+    parts = [np.frombuffer(raw[0:16], np.uint32), np.frombuffer(raw[16:48], np.uint32)]
+    joined = adjacent_view(parts)
+    assert joined is not None and len(joined) == 12
+    assert joined.ctypes.data == parts[0].ctypes.data and not joined.flags.writeable
+    assert np.array_equal(joined, np.concatenate(parts))
+    # a gap, another buffer, another dtype: no view
+    assert adjacent_view([parts[0], np.frombuffer(raw[20:48], np.uint32)]) is None
+    other = np.frombuffer(pa.allocate_buffer(32), np.uint32)
+    assert adjacent_view([parts[0], other]) is None
+    assert adjacent_view([parts[0], np.frombuffer(raw[16:48], np.uint16)]) is None
+    assert adjacent_view([np.arange(4), np.arange(4)]) is None  # numpy-owned memory

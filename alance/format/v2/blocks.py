@@ -22,7 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
-from alance.format.arrow_buffers import aligned_buffer, pooled_concatenate, pooled_empty
+from alance.format.arrow_buffers import (
+    adjacent_view,
+    aligned_buffer,
+    pooled_concatenate,
+    pooled_empty,
+)
 
 
 @dataclass
@@ -229,7 +234,10 @@ def concat_blocks(blocks: list[Block]) -> Block:
         if dims:
             inner = np.concatenate([np.ones((len(b), dims[0]), bool)
                                     if b.item_valid is None else b.item_valid for b in fixed])
-        return Fixed(pooled_concatenate([b.values for b in fixed]), fixed[0].bits, inner)
+        values = [b.values for b in fixed]
+        joined = adjacent_view(values)  # (pages read in one piece: no copy)
+        return Fixed(pooled_concatenate(values) if joined is None else joined, fixed[0].bits,
+                     inner)
     if all(isinstance(b, Variable) for b in blocks):
         var = [b for b in blocks if isinstance(b, Variable)]
         datas, offs, base = [], [np.zeros(1, np.int64)], 0
