@@ -318,13 +318,24 @@ def _fastlanes_pack(values: np.ndarray, t: int, w: int) -> np.ndarray:
     return out.reshape(-1).astype(f"<u{t // 8}")
 
 
-@pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 1), (32, 17), (64, 10), (64, 64), (8, 0)])
+@pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 1), (32, 17), (64, 10), (64, 64), (8, 0),
+                                    (8, 8), (16, 16), (32, 32)])
 def test_unpack_fastlanes(t: int, w: int) -> None:
     rng = np.random.default_rng(t * 100 + w)
     vals = rng.integers(0, 1 << w, 1024, dtype=np.uint64) if w < 64 else \
         rng.integers(0, 1 << 63, 1024, dtype=np.uint64)
     packed = _fastlanes_pack(vals, t, w).reshape(1, -1)
     assert np.array_equal(unpack_fastlanes(packed, t, w)[0], vals.astype(f"<u{t // 8}"))
+
+
+@pytest.mark.parametrize("t", [8, 16, 32, 64])
+def test_full_width_blocks_unpack_across_tiles(t: int) -> None:
+    """Many full-width blocks (the rows only move) unpack block by block alike."""
+    rng = np.random.default_rng(t)
+    vals = rng.integers(0, 1 << (t - 1), (300, 1024), dtype=np.uint64)
+    packed = np.stack([_fastlanes_pack(v, t, t) for v in vals[:3]] * 100)
+    assert np.array_equal(unpack_fastlanes(packed, t, t), np.concatenate(
+        [vals[:3].astype(f"<u{t // 8}")] * 100))
 
 
 @pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 1), (16, 16), (32, 17), (64, 10), (64, 63)])
