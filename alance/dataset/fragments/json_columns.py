@@ -119,7 +119,14 @@ async def to_text_column(column: pa.Array) -> pa.Array:
     texts = await asyncio.gather(*(
         loop.run_in_executor(decode_pool(), array_to_text, column.slice(i, step))
         for i in range(0, len(column), step)))
-    return texts[0] if len(texts) == 1 else pa.chunked_array(texts).combine_chunks()
+    if len(texts) == 1:
+        return texts[0]
+    # (joining copies the texts: off the event loop too)
+    return await loop.run_in_executor(decode_pool(), _joined, texts)
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return pa.chunked_array(arrays).combine_chunks()
 
 
 __all__ = ["as_jsonb", "is_json", "storage_field", "storage_schema", "text_field",
