@@ -26,8 +26,9 @@ from alance.io.plans import DECODE_WORKERS, decode_pool, offloading
 
 ARROW_JSON = "arrow.json"
 LANCE_JSON = "lance.json"
-#: Columns with more value bytes than this convert on a worker thread.
-OFFLOAD_BYTES = 256 * 1024
+#: Columns with more value bytes than this convert on a worker thread (a few milliseconds of
+#: conversion either way: the event loop is not held longer).
+OFFLOAD_BYTES = 64 * 1024
 
 
 def _is_text_json(field: pa.Field) -> bool:
