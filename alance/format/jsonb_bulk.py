@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
 from alance.format.v2.kernels import fixed_at, span_array
 
-__all__ = ["BULK_MIN_VALUES", "array_to_text", "bulk_text"]
+__all__ = ["BULK_MIN_VALUES", "PIECE_BYTES", "array_to_text", "bulk_text"]
 
 _ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
 _NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = 0, 1, 2, 3, 4, 5
