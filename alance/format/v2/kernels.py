@@ -13,6 +13,7 @@ over values).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from functools import cache, lru_cache
 
 import numpy as np
@@ -158,21 +159,42 @@ def _fastlanes_plan(t: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return word, shift, spill, inverse
 
 
+@dataclass(frozen=True)
+class _LaneRows:
+    """How the rows of a FastLanes block come out of its packed words (see
+    :func:`_fastlanes_rows`)."""
+
+    word: np.ndarray    # per output row: the packed row holding its first bit
+    shift: np.ndarray   # ... and the right shift that brings that bit down, (1, t, 1)
+    spill: np.ndarray   # the output rows whose bits continue in the next packed row
+    spill_word: np.ndarray  # ... that next row
+    up: np.ndarray      # ... and the left shift that brings those bits in, (1, k, 1)
+    next_word: np.ndarray  # per output row: the next packed row (capped), for all rows
+    up_less_one: np.ndarray  # ... and the left shift minus one (1, t, 1): rows that do not
+    #                          spill shift the next row's bits out entirely in two shifts
+
+    @property
+    def few_spill(self) -> bool:
+        """Whether a third of the rows or fewer spill (then those are picked out; for more,
+        treating every row alike is faster)."""
+        return 3 * len(self.spill) <= len(self.word)
+
+
 @cache
-def _fastlanes_rows(t: int, w: int,
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
-    """The lane rows of a block in output order, with for each its word, shift, the next
-    word and the left shift (minus one) that brings the spilled bits in."""
+def _fastlanes_rows(t: int, w: int) -> _LaneRows:
+    """The lane rows of a block in output order: for each its word and shift, and for the
+    rows that spill into the next word, that word and the left shift."""
     word, shift, _, inverse = _fastlanes_plan(t, w)
     groups = t // 8
     # Output position (s * groups + j) * lanes + l holds row inverse[j] * 8 + s of lane l.
     order = np.array([inverse[j] * 8 + s for s in range(8) for j in range(groups)])
     dtype = UINT[t]
     w_lo, s_lo = word[order], shift[order]
-    w_hi = np.minimum(w_lo + 1, max(w - 1, 0))
-    up = (t - 1 - s_lo).astype(dtype)[None, :, None]
-    spills = bool((s_lo + w > t).any())
-    return w_lo, s_lo.astype(dtype)[None, :, None], w_hi, up, spills
+    spill = np.flatnonzero(s_lo + w > t)
+    return _LaneRows(w_lo, s_lo.astype(dtype)[None, :, None], spill, w_lo[spill] + 1,
+                     (t - s_lo[spill]).astype(dtype)[None, :, None],
+                     np.minimum(w_lo + 1, max(w - 1, 0)),
+                     (t - 1 - s_lo).astype(dtype)[None, :, None])
 
 
 def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
@@ -188,24 +210,28 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
     if words.shape[1] != w * lanes:
         raise CorruptFileError("bit-packed block has the wrong size")
     packed = np.asarray(words, dtype=dtype).reshape(k, w, lanes)
-    w_lo, s_lo, w_hi, up, spills = _fastlanes_rows(t, w)
+    rows = _fastlanes_rows(t, w)
     out = pooled_empty((k, t, lanes), dtype)  # rows already in output order
     mask = dtype((1 << w) - 1) if w < t else None
     # A few blocks at a time: each pass below then works in the CPU cache (2-3x faster than
     # passes over a whole page of 64-bit values).
     step = max(1, UNPACK_TILE_BYTES // (BLOCK * t // 8))
     if mask is None:  # (all t bits: the rows only change places)
-        return _fastlanes_transpose(packed, out, w_lo, step).reshape(k, BLOCK)
+        return _fastlanes_transpose(packed, out, rows.word, step).reshape(k, BLOCK)
     for i in range(0, k, step):
         vals = out[i: i + step]
         part = packed[i: i + step]
-        np.take(part, w_lo, axis=1, out=vals)
-        vals >>= s_lo
-        if spills:
-            # Bits continuing in the next word; rows that do not spill shift them out
-            # entirely (two shifts, since shifting a t-bit word by t is undefined).
-            hi = np.take(part, w_hi, axis=1)
-            hi <<= up
+        np.take(part, rows.word, axis=1, out=vals)
+        vals >>= rows.shift
+        if not len(rows.spill):
+            pass
+        elif rows.few_spill:  # the bits continuing in the next word, for those rows only
+            hi = np.take(part, rows.spill_word, axis=1)
+            hi <<= rows.up
+            vals[:, rows.spill] |= hi
+        else:  # for every row (two shifts: shifting a t-bit word by t is undefined)
+            hi = np.take(part, rows.next_word, axis=1)
+            hi <<= rows.up_less_one
             hi <<= dtype(1)
             vals |= hi
         vals &= mask
