@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
-from alance.format.v2.kernels import fixed_at, span_array
+from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices, span_array
 
 __all__ = ["BULK_MIN_VALUES", "PIECE_BYTES", "array_to_text", "bulk_text"]
 
@@ -83,23 +83,9 @@ def _u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return _windows(data, pos, 4).view(">u4").astype(np.uint32)
 
 
-def _ranks(first: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``0..sizes[i]-1`` for every group i back to back (``first``: the groups' running
-    starts)."""
-    total = int(first[-1] + sizes[-1]) if len(sizes) else 0
-    return np.arange(total) - np.repeat(first, sizes)
-
-
-def _tables(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """The big-endian u32 words of the byte ranges ``[starts, stops)`` of ``data`` (whole
-    words each), back to back: the JEntry tables of a level's nodes."""
-    raw = _ranges_binary(data, starts, stops)
-    offsets = np.frombuffer(raw.buffers()[1], np.int64, len(raw) + 1, raw.offset * 8)
-    body = raw.buffers()[2]
-    if body is None:
-        return np.zeros(0, np.uint32)
-    words = np.frombuffer(body, np.uint8)[int(offsets[0]): int(offsets[-1])]
-    return words.view(">u4").astype(np.uint32)
+def _ranks(sizes: np.ndarray) -> np.ndarray:
+    """``0..sizes[i]-1`` for every group i, back to back."""
+    return range_indices(np.zeros(len(sizes), np.int64), sizes)
 
 
 def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: np.ndarray,
@@ -126,7 +112,9 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
         table = starts + 4 + 4 * m
     first = np.cumsum(m) - m
     total = int(m.sum())
-    entries = _tables(data, starts + 4, table) if total else np.zeros(0, np.uint32)
+    # (the JEntry tables of the nodes, back to back)
+    entries = (gather_ranges(data, (starts + 4)[m > 0], 4 * m[m > 0]).view(">u4")
+               .astype(np.uint32) if total else np.zeros(0, np.uint32))
     typ = (entries >> np.uint32(28)).astype(np.uint8) & np.uint8(7)
     length = (entries & np.uint32(0x0FFFFFFF)).astype(np.int64)
     stop = np.cumsum(length)
@@ -151,7 +139,7 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
     if wrong.any():
         slow[value[np.searchsorted(first, np.flatnonzero(wrong), side="right") - 1]] = True
     per_node = np.where(kind == _SCALAR, 1, count)
-    vslot = _ranks(np.cumsum(per_node) - per_node, per_node)
+    vslot = _ranks(per_node)
     ventry = np.repeat(first + keys, per_node) + vslot
     return _Level(starts, value, kind, count, first, typ, start, stop, per_node, ventry,
                   vslot, typ[ventry], np.repeat(value, per_node))
@@ -315,7 +303,7 @@ def _object_heads(data: np.ndarray, lvl: _Level, slow: np.ndarray,
     rep[group] = np.arange(len(obj))  # any object of a group stands for it
     rep_count = count[rep]
     rep_first = np.cumsum(rep_count) - rep_count
-    rank = _ranks(rep_first, rep_count)
+    rank = _ranks(rep_count)
     key_entry = np.repeat(first[rep], rep_count) + rank
     heads, head, bad = _key_heads(data, lvl.start[key_entry], lvl.stop[key_entry], rank == 0)
     if bad.any():
@@ -323,7 +311,7 @@ def _object_heads(data: np.ndarray, lvl: _Level, slow: np.ndarray,
         bad_group[np.repeat(np.arange(len(rep)), rep_count)[bad]] = True
         slow[lvl.node_value[obj[bad_group[group]]]] = True
     at = np.repeat(rep_first[group], count)
-    return heads, head[at + _ranks(np.cumsum(count) - count, count)]
+    return heads, head[at + _ranks(count)]
 
 
 def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Array:

@@ -223,12 +223,11 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
         part = packed[i: i + step]
         np.take(part, rows.word, axis=1, out=vals)
         vals >>= rows.shift
-        if not len(rows.spill):
-            pass
-        elif rows.few_spill:  # the bits continuing in the next word, for those rows only
-            hi = np.take(part, rows.spill_word, axis=1)
-            hi <<= rows.up
-            vals[:, rows.spill] |= hi
+        if rows.few_spill:  # the bits continuing in the next word, for those rows only
+            if len(rows.spill):
+                hi = np.take(part, rows.spill_word, axis=1)
+                hi <<= rows.up
+                vals[:, rows.spill] |= hi
         else:  # for every row (two shifts: shifting a t-bit word by t is undefined)
             hi = np.take(part, rows.next_word, axis=1)
             hi <<= rows.up_less_one
