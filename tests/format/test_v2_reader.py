@@ -654,3 +654,43 @@ def test_v20_row_ranges_at_odd_offsets_match_pylance(tmp_path: Path) -> None:
     for lo, hi in [(0, n), (3, 9), (13, 1030), (1023, 1025), (4093, 4999), (7, 7)]:
         got = pa.Table.from_batches([run_plan(reader.read_range(lo, hi), fetch_from(data))])
         _assert_same(got, table.slice(lo, hi - lo))
+
+
+def test_fsst_output_proven_ascii_skips_only_the_utf8_scan() -> None:
+    """FSST output is known to be ASCII (so valid UTF-8) when every symbol of an enabled table
+    is ASCII and no escape brings in a literal byte; any other output is still checked."""
+    from alance.format.v2.blocks import FsstVariable, to_arrow
+    from alance.format.v2.kernels import fsst_yields_ascii
+
+    def table_of(*symbols: bytes, on: bool = True) -> bytes:
+        header = (0x46535354 << 32) | (int(on) << 24) | len(symbols)
+        return (header.to_bytes(8, "little") + b"".join(s.ljust(8, b"\0") for s in symbols)
+                + bytes(len(s) for s in symbols))
+
+    plain, odd = table_of(b"ab", b"xyz"), table_of(b"ab", b"\xff\xfe")
+    codes = np.array([0, 1, 0, 1, 1], np.uint8)
+    assert fsst_yields_ascii(plain, 1)
+    assert fsst_yields_ascii(plain, -1)  # no codes
+    assert not fsst_yields_ascii(plain, 255)  # an escape: a literal byte follows
+    assert not fsst_yields_ascii(odd, 1)
+    assert not fsst_yields_ascii(table_of(b"ab", on=False), 1)
+    escaped = FsstVariable(np.array([0, 3], np.int64), np.array([0, 255, 0xC3], np.uint8),
+                           symbol_table=plain).decoded()
+    assert not escaped.ascii
+    with pytest.raises(CorruptFileError, match="UTF-8"):
+        to_arrow(escaped, pa.string(), None)  # "ab" then a lone 0xC3
+
+    offsets = np.array([0, 2, 5], np.int64)
+    proven = FsstVariable(offsets, codes, symbol_table=plain).decoded()
+    assert proven.ascii
+    assert to_arrow(proven, pa.string(), None).to_pylist() == ["abxyz", "abxyzxyz"]
+    damaged = FsstVariable(offsets, codes, symbol_table=odd).decoded()
+    assert not damaged.ascii
+    with pytest.raises(CorruptFileError, match="UTF-8"):
+        to_arrow(damaged, pa.string(), None)
+    # slices, takes and joins keep what is known
+    assert proven.slice(1, 2).ascii and proven.take(np.array([1, 0])).ascii
+    from alance.format.v2.blocks import concat_blocks
+    joined = concat_blocks([proven, damaged])
+    assert isinstance(joined, type(proven)) and not joined.ascii
+    assert concat_blocks([proven, proven]).ascii  # type: ignore[union-attr]

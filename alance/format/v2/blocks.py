@@ -85,6 +85,9 @@ class Variable:
 
     offsets: np.ndarray  # int64, n + 1, starting anywhere
     data: np.ndarray  # uint8
+    #: Whether every byte is known to be ASCII from how the values were made (their offsets
+    #: checked too): string values that need no UTF-8 scan. ``False``: not known.
+    ascii: bool = False
 
     def __len__(self) -> int:
         return int(len(self.offsets) - 1)
@@ -93,7 +96,7 @@ class Variable:
         """Values ``start..stop``."""
         if not 0 <= start <= stop <= len(self):
             raise CorruptFileError("a page holds fewer values than its rows need")
-        return Variable(self.offsets[start: stop + 1], self.data)
+        return Variable(self.offsets[start: stop + 1], self.data, self.ascii)
 
     def take(self, idx: np.ndarray) -> Variable:
         """The values at ``idx``."""
@@ -102,7 +105,8 @@ class Variable:
         starts = self.offsets[:-1][idx]
         lens = self.offsets[1:][idx] - starts
         data = gather_ranges(self.data, starts, lens)
-        return Variable(np.concatenate(([0], np.cumsum(lens))).astype(np.int64), data)
+        return Variable(np.concatenate(([0], np.cumsum(lens))).astype(np.int64), data,
+                        self.ascii)
 
 
 @dataclass
@@ -115,21 +119,22 @@ class FsstVariable(Variable):
     def slice(self, start: int, stop: int) -> FsstVariable:
         """Values ``start..stop`` (still compressed)."""
         v = Variable.slice(self, start, stop)
-        return FsstVariable(v.offsets, v.data, self.symbol_table)
+        return FsstVariable(v.offsets, v.data, symbol_table=self.symbol_table)
 
     def take(self, idx: np.ndarray) -> FsstVariable:
         """The values at ``idx`` (still compressed)."""
         v = Variable.take(self, idx)
-        return FsstVariable(v.offsets, v.data, self.symbol_table)
+        return FsstVariable(v.offsets, v.data, symbol_table=self.symbol_table)
 
     def decoded(self) -> Variable:
         """The decompressed values."""
-        from alance.format.v2.kernels import fsst_decode
+        from alance.format.v2.kernels import fsst_decode, fsst_yields_ascii
 
         start, end = int(self.offsets[0]), int(self.offsets[-1])
-        data, offs = fsst_decode(self.symbol_table, self.data[start:end],
-                                 self.offsets - start)
-        return Variable(offs, data)
+        codes = self.data[start:end]
+        top = int(codes.max()) if len(codes) else -1
+        data, offs = fsst_decode(self.symbol_table, codes, self.offsets - start, top)
+        return Variable(offs, data, fsst_yields_ascii(self.symbol_table, top))
 
 
 @dataclass
@@ -247,7 +252,7 @@ def concat_blocks(blocks: list[Block]) -> Block:
             offs.append(o[1:] + base)
             base += int(o[-1])
         return Variable(np.concatenate(offs), pooled_concatenate(datas) if datas else
-                        np.zeros(0, np.uint8))
+                        np.zeros(0, np.uint8), all(b.ascii for b in var))
     raise CorruptFileError("pages of one column decode to different kinds of values")
 
 
@@ -417,7 +422,9 @@ def to_arrow(block: Block, dtype: pa.DataType, valid: np.ndarray | None) -> pa.A
         arr = pa.Array.from_buffers(storage, n, [vbuf, pa.py_buffer(offs),
                                                  pa.py_buffer(np.ascontiguousarray(data))],
                                     null_count=nulls)
-        if pa.types.is_string(storage) or pa.types.is_large_string(storage):
+        if block.ascii:
+            arr.validate()  # (sizes only: the bytes and offsets are known good)
+        elif pa.types.is_string(storage) or pa.types.is_large_string(storage):
             _check_strings(arr)
         return arr if storage is dtype else pa.ExtensionArray.from_storage(dtype, arr)
     if isinstance(block, StructValues):

@@ -290,7 +290,7 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
             return picked
         if _fsst_on(enc.fsst.symbol_table):
             fsst_symbols(enc.fsst.symbol_table)  # a bad table fails here, not later
-        return FsstVariable(picked.offsets, picked.data, enc.fsst.symbol_table)
+        return FsstVariable(picked.offsets, picked.data, symbol_table=enc.fsst.symbol_table)
     if pick is not None and which == "fixed_size_list" and not enc.fixed_size_list.has_validity \
             and len(bufs) == 1:
         # The items of the picked lists, picked from the inner encoding.
@@ -332,7 +332,7 @@ def miniblock_values(enc: pb.CompressiveEncoding, bufs: list[ChunkBufs],
             raise CorruptFileError("FSST over fixed-width values")
         if _fsst_on(enc.fsst.symbol_table):
             fsst_symbols(enc.fsst.symbol_table)  # a bad table fails here, not later
-        return FsstVariable(coded.offsets, coded.data, enc.fsst.symbol_table)
+        return FsstVariable(coded.offsets, coded.data, symbol_table=enc.fsst.symbol_table)
     if which == "byte_stream_split":
         return _bss_chunks(enc.byte_stream_split, buf, counts)
     if which == "fixed_size_list":

@@ -378,9 +378,10 @@ def _fsst_symbols(table: bytes) -> tuple[np.ndarray, np.ndarray]:
     return expand, length
 
 
-def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
+def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray, top: int | None = None,
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Decompress FSST strings: returns (bytes, int64 offsets)."""
+    """Decompress FSST strings: returns (bytes, int64 offsets). ``top``: the largest code of
+    ``data`` when the caller knows it (one pass fewer)."""
     table = bytes(table)
     if len(table) >= 8 and not (int.from_bytes(table[:8], "little") >> 24) & 1:
         # The encoder was switched off (too little data): the bytes are stored as they are.
@@ -391,11 +392,29 @@ def fsst_decode(table: bytes, data: np.ndarray, offsets: np.ndarray,
     n = len(data)
     if n == 0:
         return data[:0], np.zeros(len(offsets), dtype=np.int64)
-    if int(data.max()) != 255:  # no escapes (a max is cheaper than a comparison pass)
+    top = int(data.max()) if top is None else top
+    if top != 255:  # no escapes (a max is cheaper than a comparison pass)
         if n >= PAIR_DECODE_CODES:
             return _fsst_expand_pairs(table, data, offsets)
         return _fsst_expand(expand, length, data.astype(np.int32), offsets)
     return _fsst_expand(expand, length, _expansion_rows(data, data == 255), offsets)
+
+
+def fsst_yields_ascii(table: bytes, top: int) -> bool:
+    """Whether :func:`fsst_decode` of codes whose largest is ``top`` (-1: no codes) with
+    ``table`` yields ASCII bytes only (hence valid UTF-8, with no need to scan the output):
+    the table is switched on, all its symbols are ASCII and no code is the escape (which
+    would bring in a literal byte)."""
+    return top != 255 and _ascii_symbols(bytes(table))
+
+
+@lru_cache(maxsize=256)
+def _ascii_symbols(table: bytes) -> bool:
+    if len(table) < 8 or not (int.from_bytes(table[:8], "little") >> 24) & 1:
+        return False  # (switched off: the bytes are stored as they are, unchecked)
+    expand, length = fsst_symbols(table)
+    used = np.arange(8)[None, :] < length[:255, None]
+    return bool((expand[:255][used] < 0x80).all())
 
 
 def _expansion_rows(data: np.ndarray, is_ff: np.ndarray) -> np.ndarray:
@@ -650,5 +669,5 @@ def decompress(scheme: int, buf: bytes | memoryview | np.ndarray) -> bytes:
 
 
 __all__ = ["BLOCK", "UINT", "decompress", "fastlanes_at", "fixed_at", "fsst_decode",
-           "fsst_symbols", "gather_ranges", "range_indices", "span_array", "unpack_fastlanes",
-           "words_at"]
+           "fsst_symbols", "fsst_yields_ascii", "gather_ranges", "range_indices", "span_array",
+           "unpack_fastlanes", "words_at"]
