@@ -170,8 +170,8 @@ class _LaneRows:
     spill_word: np.ndarray  # ... that next row
     up: np.ndarray      # ... and the left shift that brings those bits in, (1, k, 1)
     next_word: np.ndarray  # per output row: the next packed row (capped), for all rows
-    up_less_one: np.ndarray  # ... and the left shift minus one (1, t, 1): rows that do not
-    #                          spill shift the next row's bits out entirely in two shifts
+    up_all: np.ndarray  # ... and the left shift (1, t, 1): ``t`` for rows that do not spill,
+    #                     which shifts the next row's bits out entirely (numpy: 0)
 
     @property
     def few_spill(self) -> bool:
@@ -194,7 +194,7 @@ def _fastlanes_rows(t: int, w: int) -> _LaneRows:
     return _LaneRows(w_lo, s_lo.astype(dtype)[None, :, None], spill, w_lo[spill] + 1,
                      (t - s_lo[spill]).astype(dtype)[None, :, None],
                      np.minimum(w_lo + 1, max(w - 1, 0)),
-                     (t - 1 - s_lo).astype(dtype)[None, :, None])
+                     (t - s_lo).astype(dtype)[None, :, None])
 
 
 def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
@@ -228,10 +228,13 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
                 hi = np.take(part, rows.spill_word, axis=1)
                 hi <<= rows.up
                 vals[:, rows.spill] |= hi
-        else:  # for every row (two shifts: shifting a t-bit word by t is undefined)
+        else:  # for every row
             hi = np.take(part, rows.next_word, axis=1)
-            hi <<= rows.up_less_one
-            hi <<= dtype(1)
+            if _WIDE_SHIFTS_ZERO:
+                hi <<= rows.up_all
+            else:  # (in two steps: a shift by the full width is undefined in C)
+                hi <<= rows.up_all - dtype(1)
+                hi <<= dtype(1)
             vals |= hi
         vals &= mask
     return out.reshape(k, BLOCK)
@@ -252,6 +255,10 @@ def _fastlanes_transpose(packed: np.ndarray, out: np.ndarray, order: np.ndarray,
             dst[i: i + step, :, j, :] = src[i: i + step, group[j], :, :]
     return out
 
+
+#: Whether numpy shifts an unsigned word left by its full width to 0 (it defines such
+#: shifts so, rather than leave them to C).
+_WIDE_SHIFTS_ZERO = bool(np.left_shift(np.array([1], np.uint64), np.uint64(64))[0] == 0)
 
 #: Bytes of values :func:`unpack_fastlanes` unpacks per pass (blocks of 1,024 values).
 UNPACK_TILE_BYTES = 512 * 1024
