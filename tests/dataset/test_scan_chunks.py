@@ -98,3 +98,49 @@ def test_pruned_pieces_read_together(clustered_legacy: str, where: str) -> None:
     assert got.num_rows == want.num_rows > 0
     assert got.equals(want.select(got.schema.names).cast(got.schema))
     assert ours.count_rows(filter=where) == want.num_rows
+
+
+def test_other_columns_read_over_the_passing_rows_only(dataset: str) -> None:
+    """Many rows pass, all in the first part of a file: the other columns are read from the
+    first passing row to the last, not over the whole chunk."""
+    from alance.io.store import counting_io
+
+    ours = al.open_dataset(dataset)
+    for columns in (["v"], ["v", "s"]):  # file metadata and the zone maps of v now known
+        ours.to_table(columns=columns, filter="v < 80000")
+    with counting_io() as strings:
+        ours.to_table(columns=["s"])
+    with counting_io() as head:
+        ours.to_table(columns=["v"], filter="v < 80000")
+    with counting_io() as both:
+        got = ours.to_table(columns=["v", "s"], filter="v < 80000")
+    want = lance.dataset(dataset).to_table(columns=["v", "s"], filter="v < 80000")
+    assert got.num_rows == want.num_rows > 0
+    assert got.equals(want.cast(got.schema))
+    # rows 0..80k of 200k pass (the first file holds 120k): s is read for about 80k rows,
+    # not for the first file's 120k
+    rest = both.bytes_read - head.bytes_read
+    assert 0.3 * strings.bytes_read < rest < 0.5 * strings.bytes_read, (rest, strings.bytes_read)
+
+
+def test_small_scans_are_cut_for_every_decoding_thread(dataset: str) -> None:
+    """A scan of fewer rows than a chunk per decoding thread is cut into a piece per thread
+    (not below SPLIT_MIN_BYTES a piece); with decoding kept on the event loop, not at all."""
+    from alance.dataset.query import scan
+    from alance.io.plans import DECODE_WORKERS, set_offloading
+
+    ours = al.open_dataset(dataset)
+    fields = ours.scanner(columns=["v", "s"])._async.read_fields
+    assert scan._per_worker(100_000, 200_000, fields) == 100_000 // DECODE_WORKERS
+    assert scan._per_worker(10 * 200_000, 200_000, fields) == 200_000  # enough chunks
+    assert scan._per_worker(100, 200_000, fields) == 200_000  # a tiny scan: one piece
+    big = ours.scanner(columns=["v", "s"])._async
+    assert big.chunk_rows <= -(-ROWS // DECODE_WORKERS)
+    try:
+        set_offloading(False)
+        assert scan._per_worker(100_000, 200_000, fields) == 200_000
+    finally:
+        set_offloading(True)
+    got = ours.to_table(columns=["v", "s"])
+    want = lance.dataset(dataset).to_table(columns=["v", "s"])
+    assert got.equals(want.cast(got.schema))

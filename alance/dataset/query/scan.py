@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from alance._proto import table_pb2
-from alance.dataset.fragments.data_file import chunk_rows_for
+from alance.dataset.fragments.data_file import V2_ROW_STEP, chunk_rows_for
 from alance.dataset.fragments.read import FragmentReader, ReadContext, live_rows
 from alance.dataset.fragments.zone_maps import learnable
 from alance.dataset.query import plan_text
@@ -48,7 +48,7 @@ from alance.dataset.query.take_pages import read_fragment_rows
 from alance.errors import InvalidInputError
 from alance.filter import compile_filter_and_columns
 from alance.format.schema import LanceField, as_schema, with_extension_type
-from alance.io.plans import decode_pool, offloading
+from alance.io.plans import DECODE_WORKERS, decode_pool, offloading
 
 __all__ = ["ROW_ADDRESS", "ROW_ID", "SYSTEM_COLUMNS", "Scanner", "row_addresses"]
 DEFAULT_BATCH_SIZE = 8192
@@ -137,6 +137,21 @@ async def _in_order(jobs: Sequence[Callable[[], Awaitable[T]]], ahead: int) -> l
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
     return out
+
+
+#: :func:`_per_worker` cuts nothing into pieces of fewer decoded bytes than this: they cost
+#: more in hand-offs than a second decoding thread saves.
+SPLIT_MIN_BYTES = 1 << 20
+
+
+def _per_worker(rows: int, chunk_rows: int, fields: Sequence[LanceField]) -> int:
+    """Rows per piece for reading ``rows`` rows of ``fields`` in chunks of ``chunk_rows``: as
+    they are when there are enough chunks for every decoding thread, else cut so that there
+    are (pieces of at least :data:`SPLIT_MIN_BYTES`), when decoding may leave the event loop."""
+    if rows >= DECODE_WORKERS * chunk_rows or not offloading():
+        return chunk_rows
+    per = -(-rows // DECODE_WORKERS)
+    return per if per >= chunk_rows_for(fields, V2_ROW_STEP, SPLIT_MIN_BYTES) else chunk_rows
 
 
 def _joined(head: pa.RecordBatch, tail: pa.RecordBatch) -> pa.RecordBatch:
@@ -265,6 +280,10 @@ class Scanner:
         else:
             wanted = {int(getattr(f, "fragment_id", getattr(f, "id", f))) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
+        if self.filter is None and not self._limit_chunks and chunk_rows == DEFAULT_CHUNK_ROWS:
+            # A scan smaller than a chunk per decoding thread: a piece for each
+            self.chunk_rows = _per_worker(sum(int(f.physical_rows) for f in self.fragments),
+                                          self.chunk_rows, self.read_fields)
         # The scalar indices narrowing this filter (alance.dataset.query.indices.planner).
         self._index_plan = plan_filter(ctx, filter) if use_index else None
         self._index_rows: dict[int, Any] | None = None
@@ -426,8 +445,9 @@ class Scanner:
             jobs = [partial(by_rows, lo, min(lo + step, len(physical)))
                     for lo in range(0, len(physical), step)]
         else:
-            # Many pass: read the other columns by range and keep the rows that passed (in
-            # each range they are a contiguous run of ``selected``).
+            # Many pass: read the other columns by range, from the first row that passed to
+            # the last (a piece per decoding thread when that is less than two reads), and
+            # keep the rows that passed (in each range they are a run of ``selected``).
             async def by_range(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
                 tail = await fragment.read_range(rest, start, end)
                 wanted = physical[lo:hi] - start
@@ -438,11 +458,13 @@ class Scanner:
                     return joined(lo, hi, picked)
                 return joined(lo, hi, tail.take(pa.array(wanted)))
 
-            for start in range(chunk.start, chunk.end, step):
-                end = min(chunk.end, start + step)
-                lo, hi = np.searchsorted(physical, [start, end]).tolist()
+            first, last = int(physical[0]), int(physical[-1]) + 1
+            step = _per_worker(last - first, step, rest)
+            for start in range(first, last, step):
+                lo, hi = np.searchsorted(physical, [start, min(last, start + step)]).tolist()
                 if lo < hi:
-                    jobs.append(partial(by_range, start, end, lo, hi))
+                    jobs.append(partial(by_range, int(physical[lo]), int(physical[hi - 1]) + 1,
+                                        lo, hi))
         return await _in_order(jobs, _REST_READ_AHEAD)
 
     async def _with_system_columns(self, batch: pa.RecordBatch, fragment: FragmentReader,
