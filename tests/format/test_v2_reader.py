@@ -329,6 +329,22 @@ def test_unpack_fastlanes(t: int, w: int) -> None:
 
 
 @pytest.mark.parametrize("t", [8, 16, 32, 64])
+def test_unpack_fastlanes_every_width(t: int) -> None:
+    """Every width of a word size, whichever way its spilling rows are merged in (picked out
+    by index, by evenly spaced runs, or every row alike)."""
+    from alance.format.v2.kernels import _fastlanes_rows
+
+    assert _fastlanes_rows(64, 22).spill_runs is not None  # runs
+    assert _fastlanes_rows(64, 16).spill_runs is None  # (no row spills)
+    assert _fastlanes_rows(64, 15).few_spill and _fastlanes_rows(64, 15).spill_runs is None
+    rng = np.random.default_rng(t)
+    for w in range(t + 1):
+        vals = rng.integers(0, 1 << min(w, 63), (2, 1024), dtype=np.uint64)
+        packed = np.stack([_fastlanes_pack(v, t, w) for v in vals])
+        assert np.array_equal(unpack_fastlanes(packed, t, w), vals.astype(f"<u{t // 8}")), w
+
+
+@pytest.mark.parametrize("t", [8, 16, 32, 64])
 def test_full_width_blocks_unpack_across_tiles(t: int) -> None:
     """Many full-width blocks (the rows only move) unpack block by block alike."""
     rng = np.random.default_rng(t)

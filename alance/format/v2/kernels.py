@@ -169,6 +169,9 @@ class _LaneRows:
     spill: np.ndarray   # the output rows whose bits continue in the next packed row
     spill_word: np.ndarray  # ... that next row
     up: np.ndarray      # ... and the left shift that brings those bits in, (1, k, 1)
+    #: The spilling rows as a few evenly spaced runs, when they are (``spill`` is then in
+    #: run order): per run a slice of output rows and the slice of ``spill`` it covers.
+    spill_runs: tuple[tuple[slice, slice], ...] | None
     next_word: np.ndarray  # per output row: the next packed row (capped), for all rows
     up_all: np.ndarray  # ... and the left shift (1, t, 1): ``t`` for rows that do not spill,
     #                     which shifts the next row's bits out entirely (numpy: 0)
@@ -191,10 +194,36 @@ def _fastlanes_rows(t: int, w: int) -> _LaneRows:
     dtype = UINT[t]
     w_lo, s_lo = word[order], shift[order]
     spill = np.flatnonzero(s_lo + w > t)
+    runs = _even_runs(spill.tolist())
+    spill_runs = None
+    if runs is not None:
+        spill = np.array([r for run in runs for r in run], dtype=np.int64)
+        spill_runs, at = [], 0
+        for run in runs:
+            step = run[1] - run[0] if len(run) > 1 else 1
+            spill_runs.append((slice(run[0], run[-1] + 1, step), slice(at, at + len(run))))
+            at += len(run)
     return _LaneRows(w_lo, s_lo.astype(dtype)[None, :, None], spill, w_lo[spill] + 1,
                      (t - s_lo[spill]).astype(dtype)[None, :, None],
+                     None if spill_runs is None else tuple(spill_runs),
                      np.minimum(w_lo + 1, max(w - 1, 0)),
                      (t - s_lo).astype(dtype)[None, :, None])
+
+
+def _even_runs(rows: list[int], most: int = 4) -> list[list[int]] | None:
+    """``rows`` (ascending) as at most ``most`` runs of evenly spaced rows with one spacing
+    (each run: the rows of one remainder modulo that spacing, with none of that remainder
+    missing between its first and last), or None."""
+    if not rows:
+        return None
+    for step in range(1, rows[-1] + 2):
+        by_rest: dict[int, list[int]] = {}
+        for r in rows:
+            by_rest.setdefault(r % step, []).append(r)
+        if len(by_rest) <= most and all(
+                run[-1] - run[0] == step * (len(run) - 1) for run in by_rest.values()):
+            return sorted(by_rest.values())
+    return None
 
 
 def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
@@ -227,7 +256,11 @@ def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
             if len(rows.spill):
                 hi = np.take(part, rows.spill_word, axis=1)
                 hi <<= rows.up
-                vals[:, rows.spill] |= hi
+                if rows.spill_runs is None:
+                    vals[:, rows.spill] |= hi
+                else:  # (in place through strided views: no gather and scatter)
+                    for out_rows, hi_rows in rows.spill_runs:
+                        vals[:, out_rows] |= hi[:, hi_rows]
         else:  # for every row
             hi = np.take(part, rows.next_word, axis=1)
             if _WIDE_SHIFTS_ZERO:
