@@ -165,15 +165,15 @@ class _LaneRows:
     :func:`_fastlanes_rows`)."""
 
     word: np.ndarray    # per output row: the packed row holding its first bit
-    shift: np.ndarray   # ... and the right shift that brings that bit down, (1, t, 1)
+    shift: np.ndarray   # ... and the right shift that brings that bit down, (1, t, lanes)
     spill: np.ndarray   # the output rows whose bits continue in the next packed row
     spill_word: np.ndarray  # ... that next row
-    up: np.ndarray      # ... and the left shift that brings those bits in, (1, k, 1)
+    up: np.ndarray      # ... and the left shift that brings those bits in, (1, k, lanes)
     #: The spilling rows as a few evenly spaced runs, when they are (``spill`` is then in
     #: run order): per run a slice of output rows and the slice of ``spill`` it covers.
     spill_runs: tuple[tuple[slice, slice], ...] | None
     next_word: np.ndarray  # per output row: the next packed row (capped), for all rows
-    up_all: np.ndarray  # ... and the left shift (1, t, 1): ``t`` for rows that do not spill,
+    up_all: np.ndarray  # ... and the left shift (1, t, lanes): ``t`` for rows not spilling,
     #                     which shifts the next row's bits out entirely (numpy: 0)
 
     @property
@@ -203,11 +203,16 @@ def _fastlanes_rows(t: int, w: int) -> _LaneRows:
             step = run[1] - run[0] if len(run) > 1 else 1
             spill_runs.append((slice(run[0], run[-1] + 1, step), slice(at, at + len(run))))
             at += len(run)
-    return _LaneRows(w_lo, s_lo.astype(dtype)[None, :, None], spill, w_lo[spill] + 1,
-                     (t - s_lo[spill]).astype(dtype)[None, :, None],
+    lanes = BLOCK // t
+
+    def per_lane(shifts: np.ndarray) -> np.ndarray:
+        # (a shift for every value of a block, not one per row broadcast over the lanes: numpy
+        # then runs one loop over the block instead of one per row, 1.5x faster)
+        return np.ascontiguousarray(np.repeat(shifts.astype(dtype)[None, :, None], lanes, 2))
+
+    return _LaneRows(w_lo, per_lane(s_lo), spill, w_lo[spill] + 1, per_lane(t - s_lo[spill]),
                      None if spill_runs is None else tuple(spill_runs),
-                     np.minimum(w_lo + 1, max(w - 1, 0)),
-                     (t - s_lo).astype(dtype)[None, :, None])
+                     np.minimum(w_lo + 1, max(w - 1, 0)), per_lane(t - s_lo))
 
 
 def _even_runs(rows: list[int], most: int = 4) -> list[list[int]] | None:
