@@ -145,9 +145,10 @@ SPLIT_MIN_BYTES = 1 << 20
 
 
 def _per_worker(rows: int, chunk_rows: int, fields: Sequence[LanceField]) -> int:
-    """Rows per piece for reading ``rows`` rows of ``fields`` in chunks of ``chunk_rows``: as
-    they are when there are enough chunks for every decoding thread, else cut so that there
-    are (pieces of at least :data:`SPLIT_MIN_BYTES`), when decoding may leave the event loop."""
+    """Rows per piece for reading ``rows`` rows of ``fields`` in chunks of ``chunk_rows``:
+    ``chunk_rows`` when that makes a chunk for every decoding thread; else a piece per thread,
+    if each piece holds at least :data:`SPLIT_MIN_BYTES` decoded and decoding may leave the
+    event loop (otherwise ``chunk_rows`` still)."""
     if rows >= DECODE_WORKERS * chunk_rows or not offloading():
         return chunk_rows
     per = -(-rows // DECODE_WORKERS)
