@@ -18,6 +18,7 @@ exponent notation and integers beyond int64 are printed item by item in Python.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -59,10 +60,15 @@ class _Level:
     vtyp: np.ndarray            # per value: type
     vvalue: np.ndarray          # per value: its top-level value
 
-    @property
+    @cached_property
     def vfirst(self) -> np.ndarray:
         """Per node: index of its first value."""
         return np.cumsum(self.per_node) - self.per_node
+
+    @cached_property
+    def has_scalar(self) -> bool:
+        """Whether a node is a top-level scalar (printed without punctuation)."""
+        return bool((self.kind == _SCALAR).any())
 
 
 def _as(arr: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -352,10 +358,14 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     below = np.zeros(0, np.int64)
     for depth in range(len(levels) - 1, -1, -1):
         lvl = levels[depth]
-        has_lead = np.repeat(lvl.kind != _SCALAR, lvl.per_node).astype(np.int64)
-        width = has_lead + 1
         cont = lvl.vtyp == _CONTAINER
-        width[cont] = has_lead[cont] + below
+        if lvl.has_scalar:
+            has_lead = np.repeat(lvl.kind != _SCALAR, lvl.per_node).astype(np.int64)
+            width = has_lead + 1
+            width[cont] = has_lead[cont] + below
+        else:  # (every value has a lead token)
+            width = np.full(len(cont), 2, np.int64)
+            width[cont] = below + 1
         ends = np.concatenate(([0], np.cumsum(width)))
         vfirst = lvl.vfirst
         widths[depth] = ends
@@ -370,7 +380,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
         ends = widths[depth]  # tokens before each value in its level
         slot_pos = np.repeat(node_start - ends[lvl.vfirst], lvl.per_node) + ends[:-1]
         scalar = lvl.kind == _SCALAR
-        if scalar.any():
+        if lvl.has_scalar:
             has_lead = np.repeat(~scalar, lvl.per_node)
             tok[slot_pos[has_lead]] = leads[depth][has_lead]
             value_pos = slot_pos + has_lead
