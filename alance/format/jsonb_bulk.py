@@ -332,16 +332,15 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     n_pieces = len(_PUNCT)
     leads, tokens = [], []  # per level, per value: the token before it and its own token
     for lvl in levels:
-        vkind = np.repeat(lvl.kind, lvl.per_node)
         lead = np.where(lvl.vslot == 0, np.int32(_OPEN_A), np.int32(_COMMA))
-        in_obj = vkind == _OBJECT
+        in_obj = np.repeat(lvl.kind == _OBJECT, lvl.per_node)
         if in_obj.any():
             heads, head = _object_heads(data, lvl, slow)
             lead[in_obj] = n_pieces + head
             pieces.append(heads)
             n_pieces += len(heads)
         vtyp = lvl.vtyp
-        own = _CONST_TOKEN[np.minimum(vtyp, 7)]
+        own = _CONST_TOKEN[vtyp]  # (types are 3 bits)
         leafy = np.flatnonzero((vtyp == _STRING) | (vtyp == _NUMBER))
         entry = lvl.ventry[leafy]
         parts, piece = _leaf_texts(data, vtyp[leafy], lvl.start[entry], lvl.stop[entry],
