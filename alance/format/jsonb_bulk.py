@@ -284,10 +284,10 @@ def _key_heads(data: np.ndarray, start: np.ndarray, stop: np.ndarray,
     return both, 2 * index + (~first).astype(np.int64), bad[index]
 
 
-def _object_heads(data: np.ndarray, lvl: _Level, slow: np.ndarray,
+def _object_heads(data: np.ndarray, lvl: _Level, slot: np.ndarray, slow: np.ndarray,
                   ) -> tuple[pa.Array, np.ndarray]:
     """The key heads of the non-empty objects of ``lvl`` and the head of each of their
-    values (in value order).
+    values (in value order; ``slot``: each such value's index in its object).
 
     Objects of one column mostly repeat their keys: objects are grouped by their header,
     key JEntries and key bytes together (which fix the keys), and only one object of each
@@ -316,8 +316,7 @@ def _object_heads(data: np.ndarray, lvl: _Level, slow: np.ndarray,
         bad_group = np.zeros(len(rep), dtype=bool)
         bad_group[np.repeat(np.arange(len(rep)), rep_count)[bad]] = True
         slow[lvl.node_value[obj[bad_group[group]]]] = True
-    at = np.repeat(rep_first[group], count)
-    return heads, head[at + _ranks(count)]
+    return heads, head[np.repeat(rep_first[group], count) + slot]
 
 
 def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Array:
@@ -335,7 +334,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
         lead = np.where(lvl.vslot == 0, np.int32(_OPEN_A), np.int32(_COMMA))
         in_obj = np.repeat(lvl.kind == _OBJECT, lvl.per_node)
         if in_obj.any():
-            heads, head = _object_heads(data, lvl, slow)
+            heads, head = _object_heads(data, lvl, lvl.vslot[in_obj], slow)
             lead[in_obj] = n_pieces + head
             pieces.append(heads)
             n_pieces += len(heads)
