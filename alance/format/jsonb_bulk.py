@@ -142,11 +142,13 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
         is_key = np.repeat(np.tile(np.array([True, False]), len(m)),
                            np.column_stack((keys, m - keys)).ravel())
         wrong |= is_key & (typ != _STRING)
+        ventry = np.flatnonzero(~is_key)  # (a node's entries are its keys, then its values)
+    else:
+        ventry = np.arange(total)
     if wrong.any():
         slow[value[np.searchsorted(first, np.flatnonzero(wrong), side="right") - 1]] = True
     per_node = np.where(kind == _SCALAR, 1, count)
-    vslot = _ranks(per_node)
-    ventry = np.repeat(first + keys, per_node) + vslot
+    vslot = ventry - np.repeat(first + keys, per_node)
     return _Level(starts, value, kind, count, first, typ, start, stop, per_node, ventry,
                   vslot, typ[ventry], np.repeat(value, per_node))
 
