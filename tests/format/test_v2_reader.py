@@ -710,3 +710,41 @@ def test_fsst_output_proven_ascii_skips_only_the_utf8_scan() -> None:
     joined = concat_blocks([proven, damaged])
     assert isinstance(joined, type(proven)) and not joined.ascii
     assert concat_blocks([proven, proven]).ascii  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("runs", ["few", "many"])
+def test_bitpacked_pages_whose_chunks_change_width(tmp_path: Path, runs: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of one page packed at different widths: sorted values widen chunk by chunk
+    (runs of one width, unpacked straight into the output) and jumbled magnitudes change
+    width at nearly every chunk (unpacked width by width); both as pylance reads them."""
+    from alance.format.v2 import compressive, kernels
+
+    n = 300_000
+    rng = np.random.default_rng(5)
+    table = pa.table({
+        "sorted": pa.array(np.arange(n, dtype=np.int64) * 3),
+        "jumbled": pa.array(rng.integers(0, 2, n) << rng.integers(0, 40, n // 1024 + 1)
+                            .repeat(1024)[:n]),
+    })
+    uri = _write(tmp_path / "t", table, "2.1")
+    if runs == "many":
+        monkeypatch.setattr(compressive, "MAX_WIDTH_RUNS", 1)  # the width-by-width path only
+    into: list[bool] = []
+    unpack = kernels.unpack_fastlanes
+
+    def counting(words: np.ndarray, t: int, w: int, out: np.ndarray | None = None,
+                 ) -> np.ndarray:
+        into.append(out is not None)
+        return unpack(words, t, w, out)
+
+    monkeypatch.setattr(compressive, "unpack_fastlanes", counting)
+    _assert_same(al.open_dataset(uri).to_table(), lance.dataset(uri).to_table())
+    assert (runs == "few") == any(into)  # which path ran
+    # unpacking into a given array fills and returns it; a wrong one is refused
+    words = _fastlanes_pack(np.arange(1024, dtype=np.uint64), 64, 10).reshape(1, -1)
+    target = np.empty((1, 1024), np.uint64)
+    assert np.shares_memory(kernels.unpack_fastlanes(words, 64, 10, target), target)
+    assert target[0].tolist() == list(range(1024))
+    with pytest.raises(ValueError):
+        kernels.unpack_fastlanes(words, 64, 10, np.empty((2, 1024), np.uint64))

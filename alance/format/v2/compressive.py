@@ -12,6 +12,7 @@ Two contexts:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -114,6 +115,12 @@ def _chunk_of(counts: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndar
     return chunk, pick - (ends - counts)[chunk]
 
 
+#: A bit-packed page whose chunks change width fewer times than this is unpacked run by run
+#: of equal widths (straight into the output); more changes, width by width (a copy of each
+#: width's chunks, then a scatter of their values).
+MAX_WIDTH_RUNS = 64
+
+
 def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
                       pick: np.ndarray | None = None) -> Fixed:
     if t not in UINT:
@@ -151,14 +158,27 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
         packed = rows.view(f"<u{wb}")
         out = unpack_fastlanes(packed, t, int(found[0]))
     else:
-        out = np.empty((len(counts), BLOCK), dtype=UINT[t])
-        for w in found:
-            sel = np.flatnonzero(widths == w)
-            n_words = w * (BLOCK // t)
-            raw = gather_ranges(bufs.data, bufs.starts[sel] + wb,
-                                np.full(len(sel), n_words * wb))
-            packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
-            out[sel] = unpack_fastlanes(packed, t, int(w))
+        out = pooled_empty((len(counts), BLOCK), UINT[t])
+        cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
+        if len(cuts) < MAX_WIDTH_RUNS:
+            # Runs of chunks of one width (sorted values, such as ids, widen chunk by chunk):
+            # each run unpacked from its chunks in place into its rows of the output.
+            bounds = [0, *cuts.tolist(), len(widths)]
+            for a, b in pairwise(bounds):
+                w, n_words = int(widths[a]), int(widths[a]) * (BLOCK // t)
+                rows = strided_rows(bufs.data, bufs.starts[a:b] + wb, n_words * wb)
+                if rows is None:
+                    rows = gather_ranges(bufs.data, bufs.starts[a:b] + wb,
+                                         np.full(b - a, n_words * wb)).reshape(b - a, -1)
+                unpack_fastlanes(rows.view(f"<u{wb}"), t, w, out[a:b])
+        else:
+            for w in found:
+                sel = np.flatnonzero(widths == w)
+                n_words = w * (BLOCK // t)
+                raw = gather_ranges(bufs.data, bufs.starts[sel] + wb,
+                                    np.full(len(sel), n_words * wb))
+                packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
+                out[sel] = unpack_fastlanes(packed, t, int(w))
     flat = out.reshape(-1)
     if (counts[:-1] == BLOCK).all():  # only the last chunk may be short: a plain prefix
         return Fixed(flat[: (len(counts) - 1) * BLOCK + int(counts[-1])], t)

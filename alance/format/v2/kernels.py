@@ -231,21 +231,28 @@ def _even_runs(rows: list[int], most: int = 4) -> list[list[int]] | None:
     return None
 
 
-def unpack_fastlanes(words: np.ndarray, t: int, w: int) -> np.ndarray:
+def unpack_fastlanes(words: np.ndarray, t: int, w: int, out: np.ndarray | None = None,
+                     ) -> np.ndarray:
     """Unpack ``k`` blocks of ``1024 * w / t`` packed ``t``-bit words into ``(k, 1024)`` values.
 
-    ``words`` is a 2-D array ``(k, w * 1024 / t)`` of dtype ``uint{t}``.
+    ``words`` is a 2-D array ``(k, w * 1024 / t)`` of dtype ``uint{t}``; ``out``, if given, a
+    C-contiguous ``(k, 1024)`` array of that dtype to unpack into (and return).
     """
     k = words.shape[0]
     dtype = UINT[t]
-    if w == 0 or k == 0:
-        return np.zeros((k, BLOCK), dtype=dtype)
     lanes = BLOCK // t
+    if out is None:
+        out = pooled_empty((k, t, lanes), dtype)  # rows already in output order
+    elif out.shape != (k, BLOCK) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError("unpack_fastlanes: out must be a C-contiguous (k, 1024) array")
+    out = out.reshape(k, t, lanes)
+    if w == 0 or k == 0:
+        out[...] = 0
+        return out.reshape(k, BLOCK)
     if words.shape[1] != w * lanes:
         raise CorruptFileError("bit-packed block has the wrong size")
     packed = np.asarray(words, dtype=dtype).reshape(k, w, lanes)
     rows = _fastlanes_rows(t, w)
-    out = pooled_empty((k, t, lanes), dtype)  # rows already in output order
     mask = dtype((1 << w) - 1) if w < t else None
     # A few blocks at a time: each pass below then works in the CPU cache (2-3x faster than
     # passes over a whole page of 64-bit values).
