@@ -92,11 +92,14 @@ _OFFLOAD_FILTER_ROWS = 64 * 1024
 
 
 def _select(head: pa.RecordBatch, expression: pc.Expression, shown: pa.RecordBatch,
-            ) -> tuple[np.ndarray, pa.RecordBatch]:
-    """The positions of the rows of ``head`` that pass ``expression``, and those rows of
-    ``shown`` (the columns of ``head`` that are output)."""
+            base: int = 0) -> tuple[np.ndarray, pa.RecordBatch]:
+    """The positions of the rows of ``head`` that pass ``expression`` (plus ``base``), and
+    those rows of ``shown`` (the columns of ``head`` that are output)."""
     positions = matching_rows(head, expression)
-    return positions, select_rows(shown, positions)
+    selected = select_rows(shown, positions)
+    if base:
+        positions += base  # (in place: the array is fresh, and a copy costs page faults)
+    return positions, selected
 
 
 @lru_cache(maxsize=128)
@@ -415,11 +418,13 @@ class Scanner:
         names = self._output_names
         # Only the filter columns that are also output are gathered.
         shown = head.select([n for n in head.schema.names if n in names])
+        # (a run of a chunk: the positions come back as row numbers of the fragment)
+        base = chunk.start if isinstance(offsets, _Chunk) and chunk.parts is None else 0
         if head.num_rows >= _OFFLOAD_FILTER_ROWS and offloading():  # off the event loop
             positions, selected = await asyncio.get_running_loop().run_in_executor(
-                decode_pool(), _select, head, self.filter, shown)
+                decode_pool(), _select, head, self.filter, shown, base)
         else:
-            positions, selected = _select(head, self.filter, shown)
+            positions, selected = _select(head, self.filter, shown, base)
         if not rest:
             return [selected.select(names)]
         if not selected.num_rows:
@@ -427,7 +432,7 @@ class Scanner:
                 selected = selected.append_column(f.to_arrow(), pa.nulls(0, f.data_type))
             return [selected.select(names)]
         if isinstance(offsets, _Chunk):
-            physical = (positions + chunk.start if chunk.parts is None
+            physical = (positions if chunk.parts is None
                         else chunk.rows()[positions].astype(np.int64))
         else:
             physical = offsets[positions].astype(np.int64)
