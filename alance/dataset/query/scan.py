@@ -456,9 +456,10 @@ class Scanner:
             # keep the rows that passed (in each range they are a run of ``selected``).
             async def by_range(start: int, end: int, lo: int, hi: int) -> pa.RecordBatch:
                 tail = await fragment.read_range(rest, start, end)
+                first = int(physical[lo])
+                if int(physical[hi - 1]) - first == hi - lo - 1:  # a run: no copy
+                    return joined(lo, hi, tail.slice(first - start, hi - lo))
                 wanted = physical[lo:hi] - start
-                if int(wanted[-1]) - int(wanted[0]) == hi - lo - 1:  # a run: no copy
-                    return joined(lo, hi, tail.slice(int(wanted[0]), hi - lo))
                 if hi - lo >= _OFFLOAD_TAKE_ROWS:  # a big gather: off the event loop
                     picked = await asyncio.to_thread(tail.take, pa.array(wanted))
                     return joined(lo, hi, picked)
