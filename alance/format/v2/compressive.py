@@ -116,8 +116,8 @@ def _chunk_of(counts: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 #: A bit-packed page whose chunks change width fewer times than this is unpacked run by run
-#: of equal widths (straight into the output); more changes, width by width (a copy of each
-#: width's chunks, then a scatter of their values).
+#: of equal widths (straight into the output; one width throughout is one run); more
+#: changes, width by width (a copy of each width's chunks, then a scatter of their values).
 MAX_WIDTH_RUNS = 64
 
 
@@ -147,38 +147,27 @@ def _inline_bitpacked(bufs: ChunkBufs, counts: np.ndarray, t: int,
             vals[sel] = fastlanes_at(bufs.data, bufs.starts[chunk[sel]] + wb, pos[sel], t,
                                      int(w))
         return Fixed(vals, t)
-    # One width throughout is the usual case (checked without np.unique's sort).
-    found = ([int(widths[0])] if (widths == widths[0]).all() else np.unique(widths).tolist())
-    if len(found) == 1:  # one width throughout (the usual case): unpack straight to the output
-        n_words = found[0] * (BLOCK // t)
-        rows = strided_rows(bufs.data, bufs.starts + wb, n_words * wb)  # no copy if regular
-        if rows is None:
-            rows = gather_ranges(bufs.data, bufs.starts + wb,
-                                 np.full(len(counts), n_words * wb)).reshape(len(counts), -1)
-        packed = rows.view(f"<u{wb}")
-        out = unpack_fastlanes(packed, t, int(found[0]))
+    out = pooled_empty((len(counts), BLOCK), UINT[t])
+    cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
+    if len(cuts) < MAX_WIDTH_RUNS:
+        # Runs of chunks of one width (the usual case: one run; sorted values such as ids
+        # widen chunk by chunk): each run unpacked from its chunks (in place when they are
+        # evenly spaced) straight into its rows of the output.
+        for a, b in pairwise([0, *cuts.tolist(), len(widths)]):
+            w, n_words = int(widths[a]), int(widths[a]) * (BLOCK // t)
+            rows = strided_rows(bufs.data, bufs.starts[a:b] + wb, n_words * wb)
+            if rows is None:
+                rows = gather_ranges(bufs.data, bufs.starts[a:b] + wb,
+                                     np.full(b - a, n_words * wb)).reshape(b - a, -1)
+            unpack_fastlanes(rows.view(f"<u{wb}"), t, w, out[a:b])
     else:
-        out = pooled_empty((len(counts), BLOCK), UINT[t])
-        cuts = np.flatnonzero(widths[1:] != widths[:-1]) + 1
-        if len(cuts) < MAX_WIDTH_RUNS:
-            # Runs of chunks of one width (sorted values, such as ids, widen chunk by chunk):
-            # each run unpacked from its chunks in place into its rows of the output.
-            bounds = [0, *cuts.tolist(), len(widths)]
-            for a, b in pairwise(bounds):
-                w, n_words = int(widths[a]), int(widths[a]) * (BLOCK // t)
-                rows = strided_rows(bufs.data, bufs.starts[a:b] + wb, n_words * wb)
-                if rows is None:
-                    rows = gather_ranges(bufs.data, bufs.starts[a:b] + wb,
-                                         np.full(b - a, n_words * wb)).reshape(b - a, -1)
-                unpack_fastlanes(rows.view(f"<u{wb}"), t, w, out[a:b])
-        else:
-            for w in found:
-                sel = np.flatnonzero(widths == w)
-                n_words = w * (BLOCK // t)
-                raw = gather_ranges(bufs.data, bufs.starts[sel] + wb,
-                                    np.full(len(sel), n_words * wb))
-                packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
-                out[sel] = unpack_fastlanes(packed, t, int(w))
+        for w in np.unique(widths).tolist():
+            sel = np.flatnonzero(widths == w)
+            n_words = w * (BLOCK // t)
+            raw = gather_ranges(bufs.data, bufs.starts[sel] + wb,
+                                np.full(len(sel), n_words * wb))
+            packed = raw.view(f"<u{wb}").reshape(len(sel), n_words)
+            out[sel] = unpack_fastlanes(packed, t, int(w))
     flat = out.reshape(-1)
     if (counts[:-1] == BLOCK).all():  # only the last chunk may be short: a plain prefix
         return Fixed(flat[: (len(counts) - 1) * BLOCK + int(counts[-1])], t)
