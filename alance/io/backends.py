@@ -54,6 +54,8 @@ from alance.errors import (
     StoreError,
     TransientStoreError,
 )
+from alance.io import mapped_reads
+from alance.io.mapped_reads import MAP_MIN_BYTES
 
 #: Parts of a streaming upload handed to obstore at a time (queue slots), its part size and
 #: how many parts it uploads concurrently: together they bound an upload's memory.
@@ -673,10 +675,16 @@ def _pread(fd: int, start: int, end: int) -> Buffer:
     """Bytes ``start..end`` of an open file (fewer at its end). Large reads land in a buffer
     of Arrow's memory pool, which reuses the memory of buffers freed before: a fresh
     ``bytes`` of megabytes is new memory from the kernel each time, and faulting its pages in
-    costs more than copying the data (numpy and Arrow read the buffer without copying)."""
+    costs more than copying the data (numpy and Arrow read the buffer without copying).
+    Larger ones still are a view of a mapping of the file (:mod:`.mapped_reads`)."""
     size = end - start
     if size < POOLED_READ_BYTES:
         return os.pread(fd, size, start)
+    if size >= MAP_MIN_BYTES and mapped_reads.enabled():
+        file_size = os.fstat(fd).st_size
+        view = mapped_reads.map_range(fd, start, min(end, file_size), file_size)
+        if view is not None:
+            return view
     buf = pa.allocate_buffer(size)
     got = os.preadv(fd, [buf], start)
     return memoryview(buf)[:got]
@@ -750,21 +758,14 @@ def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: b
                 joined: bool = True) -> list[memoryview] | None:
     """Ranges of a local file read into buffers of Arrow's memory pool, each by one
     ``preadv`` into its place: back to back in one buffer (``joined``; a list of that one),
-    or one buffer per range (so that a view kept of one range keeps only its own bytes).
+    or one buffer per range (so that a view kept of one range keeps only its own bytes;
+    large ones are views of a mapping of the file instead, see :mod:`.mapped_reads`).
 
     ``nowait``: only from the page cache, never waiting for the disk (``None`` when a range is
     not all there, or the file cannot be opened: the caller then reads the usual way, which
     reports errors); else a range past the end of the file is a :class:`CorruptFileError`.
     """
     sizes = [max(e - s, 0) for s, e in zip(starts, ends, strict=True)]
-    if joined:
-        whole = memoryview(pa.allocate_buffer(sum(sizes)))
-        pos, targets = 0, []
-        for n in sizes:
-            targets.append(whole[pos: pos + n])
-            pos += n
-    else:
-        targets = _separate_targets(sizes)
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if nowait else 0))
     except OSError:
@@ -772,6 +773,18 @@ def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: b
             return None
         raise
     try:
+        # Large separate pieces are mapped rather than copied (see mapped_reads).
+        mapped = None if nowait or joined else _mapped_pieces(fd, starts, ends)
+        if mapped is not None:
+            sizes = [0 if m is not None else n for n, m in zip(sizes, mapped, strict=True)]
+        if joined:
+            whole = memoryview(pa.allocate_buffer(sum(sizes)))
+            pos, targets = 0, []
+            for n in sizes:
+                targets.append(whole[pos: pos + n])
+                pos += n
+        else:
+            targets = _separate_targets(sizes)
         for s, n, target in zip(starts, sizes, targets, strict=True):
             if not n:
                 continue
@@ -788,7 +801,21 @@ def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: b
                                        "the file")
     finally:
         os.close(fd)
+    if mapped is not None:
+        return [t if m is None else m for t, m in zip(targets, mapped, strict=True)]
     return [whole] if joined else targets
+
+
+def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int],
+                   ) -> list[memoryview | None] | None:
+    """The ranges of ``fd`` that :func:`mapped_reads.map_range` maps (``None`` for the others
+    to be read), or ``None`` when it maps none of them."""
+    if not any(e - s >= MAP_MIN_BYTES for s, e in zip(starts, ends, strict=True)) \
+            or not mapped_reads.enabled():
+        return None
+    size = os.fstat(fd).st_size
+    views = [mapped_reads.map_range(fd, s, e, size) for s, e in zip(starts, ends, strict=True)]
+    return views if any(v is not None for v in views) else None
 
 
 def _read_cached_object(path: str) -> bytes | None:

@@ -144,7 +144,8 @@ async def test_a_kept_local_range_holds_only_its_own_piece(tmp_path) -> None:
     holder = memoryview(got[0]).obj
     assert len(memoryview(holder)) == 100  # its piece (0..100, which also answers 10..20)
     assert memoryview(got[2]).obj is holder
-    assert len(memoryview(memoryview(got[1]).obj)) == 2_000_000
+    # (a large piece is a mapping of the file, which starts on a page boundary)
+    assert 2_000_000 <= len(memoryview(memoryview(got[1]).obj)) < 2_000_000 + 4096
 
 
 @pytest.mark.parametrize("few", [True, False])
