@@ -15,10 +15,11 @@ metadata caches).
 
 Reported per engine and operation: wall time (median of ``--repeat``, after one untimed run
 whose time is shown apart: an engine's first read in a process also grows its memory pool),
-HTTP requests, bytes received (response headers included), connections opened and the most
-requests that waited for a first response byte at once (the concurrency a client really
-achieves); then the ratios alance / pylance. Results of the two engines are compared before
-anything is reported.
+the CPU time of the benchmark's process over it (the server and the proxy run in processes of
+their own on the same machine and use CPU too), HTTP requests, bytes received (response
+headers included), connections opened and the most requests that waited for a first response
+byte at once (the concurrency a client really achieves); then the ratios alance / pylance.
+Results of the two engines are compared before anything is reported.
 
 The single-stream bandwidth is one GET of the largest data file through the proxy. The scan's
 "ideal" time is ``bytes / bandwidth + 3 round trips`` (list + manifest, file footers, data);
@@ -90,11 +91,13 @@ def measure_bandwidth(target: S3Target, proxy: ProxyProcess, key: str, latency: 
 
 def run(proxy: ProxyProcess, repeat: int, opener: Callable[[], Any],
         op: Callable[[Any], Any],
-        ) -> tuple[float, dict[str, Any], Any, dict[str, Any], float]:
-    """Median wall time of ``op`` on a freshly opened dataset, with proxy counters; and the
-    time of a first, untimed run (an engine's first read in the process also pays for
-    growing its memory pool and starting its threads: reported apart)."""
+        ) -> tuple[float, dict[str, Any], Any, dict[str, Any], float, float]:
+    """Median wall time of ``op`` on a freshly opened dataset, with proxy counters; the time
+    of a first, untimed run (an engine's first read in the process also pays for growing its
+    memory pool and starting its threads: reported apart); and the median CPU time of this
+    process over ``op`` (all its threads: the engine's own and its HTTP client's)."""
     times: list[float] = []
+    cpus: list[float] = []
     stats: dict[str, Any] = {}
     open_stats: dict[str, Any] = {}
     result = None
@@ -106,11 +109,12 @@ def run(proxy: ProxyProcess, repeat: int, opener: Callable[[], Any],
         proxy.reset()
         ds = opener()
         open_stats = proxy.reset()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = op(ds)
         times.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
         stats = proxy.reset()
-    return statistics.median(times), stats, result, open_stats, first
+    return statistics.median(times), stats, result, open_stats, first, statistics.median(cpus)
 
 
 def fmt_bytes(n: float) -> str:
@@ -181,13 +185,15 @@ def report(args: argparse.Namespace, proxy: ProxyProcess, target: S3Target, uri:
         f"take {args.take}": lambda ds: ds.take(idx),
     }
     results: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+    cpu_times: dict[tuple[str, str], float] = {}
     firsts: dict[tuple[str, str], float] = {}
     answers: dict[tuple[str, str], pa.Table] = {}
     opens: dict[str, dict[str, Any]] = {}
     for op_name, op in ops.items():
         for engine, opener in engines.items():
-            wall, stats, result, open_stats, first = run(proxy, args.repeat, opener, op)
+            wall, stats, result, open_stats, first, cpu = run(proxy, args.repeat, opener, op)
             results[(engine, op_name)] = (wall, stats)
+            cpu_times[(engine, op_name)] = cpu
             firsts[(engine, op_name)] = first
             answers[(engine, op_name)] = result
             opens[engine] = open_stats
@@ -195,17 +201,19 @@ def report(args: argparse.Namespace, proxy: ProxyProcess, target: S3Target, uri:
             raise SystemExit(f"{op_name}: alance and pylance disagree; not reporting timings")
     assert answers[("alance", "scan")].num_rows == table.num_rows
 
-    head = (f"{'operation':<11} {'engine':<8} {'wall s':>8} {'requests':>9} {'bytes':>10} "
+    head = (f"{'operation':<11} {'engine':<8} {'wall s':>8} {'cpu s':>7} {'requests':>9} "
+            f"{'bytes':>10} "
             f"{'conns':>6} {'max in flight':>14} {'first run s':>12}")
     print()
     print(head)
     print("-" * len(head))
     for engine, st in opens.items():
-        print(f"{'open':<11} {engine:<8} {'':>8} {st['requests']:>9} "
+        print(f"{'open':<11} {engine:<8} {'':>8} {'':>7} {st['requests']:>9} "
               f"{fmt_bytes(st['bytes_down']):>10} {st['connections']:>6} "
               f"{st['max_waiting']:>14}")
     for (engine, op_name), (wall, st) in results.items():
-        print(f"{op_name:<11} {engine:<8} {wall:>8.3f} {st['requests']:>9} "
+        print(f"{op_name:<11} {engine:<8} {wall:>8.3f} {cpu_times[(engine, op_name)]:>7.3f} "
+              f"{st['requests']:>9} "
               f"{fmt_bytes(st['bytes_down']):>10} {st['connections']:>6} "
               f"{st['max_waiting']:>14} {firsts[(engine, op_name)]:>12.3f}")
     print()

@@ -27,11 +27,9 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn, Protocol
 
 import obstore
-import pyarrow as pa
 from obstore.exceptions import AlreadyExistsError as _ObsAlreadyExists
 from obstore.exceptions import BaseError as _ObsBaseError
 from obstore.exceptions import GenericError as _ObsGeneric
@@ -54,8 +52,7 @@ from alance.errors import (
     StoreError,
     TransientStoreError,
 )
-from alance.io import mapped_reads
-from alance.io.mapped_reads import MAP_MIN_BYTES
+from alance.io import local_reads
 
 #: Parts of a streaming upload handed to obstore at a time (queue slots), its part size and
 #: how many parts it uploads concurrently: together they bound an upload's memory.
@@ -368,7 +365,7 @@ class ObstoreBackend:
 
     async def get(self, key: str) -> bytes:
         if self._pread:
-            cached = _read_cached_object("/" + key)
+            cached = local_reads.read_cached_object("/" + key)
             if cached is not None:  # small and in the page cache (a manifest, a hint)
                 return cached
         _mark_obstore_used()
@@ -383,7 +380,7 @@ class ObstoreBackend:
         bytes are in the page cache), else ``None``."""
         if not self._pread:
             return None
-        cached = _read_cached_ranges("/" + key, ranges)
+        cached = local_reads.read_cached_ranges("/" + key, ranges)
         return None if cached is None else [memoryview(b) for b in cached]
 
     @property
@@ -400,13 +397,14 @@ class ObstoreBackend:
         if not self._pread:
             return None
         path = "/" + key
-        if _NOWAIT and sum(ends) - sum(starts) <= INLINE_READ_BYTES:
-            cached = _read_local(path, starts, ends, True, joined)
+        if local_reads.NOWAIT and sum(ends) - sum(starts) <= local_reads.INLINE_READ_BYTES:
+            cached = local_reads.read_local_ranges(path, starts, ends, True, joined)
             if cached is not None:
                 return list(cached)
         try:
             got = await asyncio.get_running_loop().run_in_executor(
-                _pread_executor(), _read_local, path, starts, ends, False, joined)
+                local_reads.pread_executor(), local_reads.read_local_ranges, path, starts, ends,
+                False, joined)
         except OSError as exc:
             raise map_error(exc, key) from exc
         assert got is not None  # (only a read that may not wait gives up)
@@ -420,7 +418,7 @@ class ObstoreBackend:
                 return cached
             try:
                 local = await asyncio.get_running_loop().run_in_executor(
-                    _pread_executor(), _read_ranges, "/" + key, ranges)
+                    local_reads.pread_executor(), local_reads.read_ranges, "/" + key, ranges)
             except OSError as exc:
                 raise map_error(exc, key) from exc
             return list(local)
@@ -622,224 +620,12 @@ def rewrite_local(path: str, data: bytes) -> None:
         write_local(path, data, create=False)
 
 
-#: Threads that read ranges of local files (all started at once, so a process's thread count
-#: does not creep up under load; a forked child starts its own).
-PREAD_WORKERS = 2
-_pread_pool: ThreadPoolExecutor | None = None
-_pread_pid = 0
-_pread_lock = threading.Lock()
-
-
-def _pread_executor() -> ThreadPoolExecutor:
-    global _pread_pool, _pread_pid
-    pid = os.getpid()
-    if _pread_pool is None or _pread_pid != pid:
-        with _pread_lock:
-            if _pread_pool is None or _pread_pid != pid:
-                pool = ThreadPoolExecutor(PREAD_WORKERS, thread_name_prefix="alance-pread")
-                started = threading.Barrier(PREAD_WORKERS + 1)
-                for _ in range(PREAD_WORKERS):
-                    pool.submit(started.wait)
-                started.wait()
-                _pread_pool, _pread_pid = pool, pid
-    return _pread_pool
-
-
 def _names_in(directory: str) -> list[str]:
     """The entry names of a local directory (none if it does not exist)."""
     try:
         return os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
-
-
-def _read_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer]:
-    """``[start, end)`` ranges of a local file; a range past its end is a
-    :class:`CorruptFileError` (the caller expected a longer file)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        parts = [_pread(fd, s, e) for s, e in ranges]
-    finally:
-        os.close(fd)
-    for (s, e), part in zip(ranges, parts, strict=True):
-        if len(part) != e - s:
-            raise CorruptFileError(f"{path}: requested bytes {s}..{e} past the end of the file")
-    return parts
-
-
-#: Reads of at least this many bytes go into buffers of Arrow's memory pool.
-POOLED_READ_BYTES = 64 * 1024
-
-
-def _pread(fd: int, start: int, end: int) -> Buffer:
-    """Bytes ``start..end`` of an open file (fewer at its end). Large reads land in a buffer
-    of Arrow's memory pool, which reuses the memory of buffers freed before: a fresh
-    ``bytes`` of megabytes is new memory from the kernel each time, and faulting its pages in
-    costs more than copying the data (numpy and Arrow read the buffer without copying).
-    Larger ones still are a view of a mapping of the file (:mod:`.mapped_reads`)."""
-    size = end - start
-    if size < POOLED_READ_BYTES:
-        return os.pread(fd, size, start)
-    if size >= MAP_MIN_BYTES and mapped_reads.enabled():
-        file_size = os.fstat(fd).st_size
-        view = mapped_reads.map_range(fd, start, min(end, file_size), file_size)
-        if view is not None:
-            return view
-    buf = pa.allocate_buffer(size)
-    got = os.preadv(fd, [buf], start)
-    return memoryview(buf)[:got]
-
-
-#: Most bytes one call reads on the event loop from the page cache (copying costs ~0.1 ms per
-#: MiB; more than this goes to a reader thread).
-INLINE_READ_BYTES = 1024 * 1024
-_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
-
-
-def _read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
-                        ) -> list[bytearray | pa.Buffer] | None:
-    """The ranges if the kernel can serve them all from its page cache without waiting for
-    the disk (``preadv`` with ``RWF_NOWAIT``), else ``None`` (then a reader thread reads).
-
-    This never blocks the calling thread on IO, so the event loop may call it: a point read of
-    cached data then costs a few microseconds instead of a round trip through a thread.
-    """
-    if not _NOWAIT or sum(e - s for s, e in ranges) > INLINE_READ_BYTES:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None  # the thread path reports the error
-    try:
-        parts: list[bytearray | pa.Buffer] = []
-        for s, e in ranges:
-            # (a large one from Arrow's memory pool: see _pread)
-            buf = pa.allocate_buffer(e - s) if e - s >= POOLED_READ_BYTES else bytearray(e - s)
-            if e > s and os.preadv(fd, [buf], s, _NOWAIT) != e - s:
-                return None  # short (past the end, or partly cached): the thread path decides
-            parts.append(buf)
-        return parts
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-#: From this many ranges on, those smaller than ``SHARED_PIECE_BYTES`` that would be read
-#: into buffers of their own share slabs of ``SHARED_SLAB_BYTES`` instead: a take of thousands
-#: of rows reads thousands of small pieces, and one pool allocation each cost more than
-#: reading them. (Fewer ranges, as when a page's metadata and dictionary are read to be kept,
-#: each get their own buffer.)
-SHARED_MIN_RANGES = 64
-SHARED_PIECE_BYTES = 64 * 1024
-SHARED_SLAB_BYTES = 1024 * 1024
-
-
-def _separate_targets(sizes: Sequence[int]) -> list[memoryview]:
-    """A buffer per range size, from Arrow's pool: each range its own, or, for many ranges,
-    the small ones cut from shared slabs (a view kept of one keeps at most a slab)."""
-    if len(sizes) < SHARED_MIN_RANGES:
-        return [memoryview(pa.allocate_buffer(n)) for n in sizes]
-    targets: list[memoryview] = []
-    slab = memoryview(b"")
-    used = 0
-    for n in sizes:
-        if n >= SHARED_PIECE_BYTES:
-            targets.append(memoryview(pa.allocate_buffer(n)))
-            continue
-        if used + n > len(slab):
-            slab, used = memoryview(pa.allocate_buffer(SHARED_SLAB_BYTES)), 0
-        targets.append(slab[used: used + n])
-        used += n
-    return targets
-
-
-def _read_local(path: str, starts: Sequence[int], ends: Sequence[int], nowait: bool,
-                joined: bool = True) -> list[memoryview] | None:
-    """Ranges of a local file read into buffers of Arrow's memory pool, each by one
-    ``preadv`` into its place: back to back in one buffer (``joined``; a list of that one),
-    or one buffer per range (so that a view kept of one range keeps only its own bytes;
-    large ones are views of a mapping of the file instead, see :mod:`.mapped_reads`).
-
-    ``nowait``: only from the page cache, never waiting for the disk (``None`` when a range is
-    not all there, or the file cannot be opened: the caller then reads the usual way, which
-    reports errors); else a range past the end of the file is a :class:`CorruptFileError`.
-    """
-    sizes = [max(e - s, 0) for s, e in zip(starts, ends, strict=True)]
-    try:
-        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if nowait else 0))
-    except OSError:
-        if nowait:
-            return None
-        raise
-    try:
-        # Large separate pieces are mapped rather than copied (see mapped_reads).
-        mapped = None if nowait or joined else _mapped_pieces(fd, starts, ends)
-        if mapped is not None:
-            sizes = [0 if m is not None else n for n, m in zip(sizes, mapped, strict=True)]
-        if joined:
-            whole = memoryview(pa.allocate_buffer(sum(sizes)))
-            pos, targets = 0, []
-            for n in sizes:
-                targets.append(whole[pos: pos + n])
-                pos += n
-        else:
-            targets = _separate_targets(sizes)
-        for s, n, target in zip(starts, sizes, targets, strict=True):
-            if not n:
-                continue
-            try:
-                got = os.preadv(fd, [target], s, _NOWAIT if nowait else 0)
-            except OSError:
-                if nowait:
-                    return None
-                raise
-            if got != n:
-                if nowait:
-                    return None
-                raise CorruptFileError(f"{path}: requested bytes {s}..{s + n} past the end of "
-                                       "the file")
-    finally:
-        os.close(fd)
-    if mapped is not None:
-        return [t if m is None else m for t, m in zip(targets, mapped, strict=True)]
-    return [whole] if joined else targets
-
-
-def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int],
-                   ) -> list[memoryview | None] | None:
-    """The ranges of ``fd`` that :func:`mapped_reads.map_range` maps (``None`` for the others
-    to be read), or ``None`` when it maps none of them."""
-    if not any(e - s >= MAP_MIN_BYTES for s, e in zip(starts, ends, strict=True)) \
-            or not mapped_reads.enabled():
-        return None
-    size = os.fstat(fd).st_size
-    views = [mapped_reads.map_range(fd, s, e, size) for s, e in zip(starts, ends, strict=True)]
-    return views if any(v is not None for v in views) else None
-
-
-def _read_cached_object(path: str) -> bytes | None:
-    """A whole local file of at most :data:`INLINE_READ_BYTES` if the page cache holds all of
-    it (never waits for the disk), else ``None`` (then the usual path reads it and reports
-    errors, a missing file included)."""
-    if not _NOWAIT:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        if size > INLINE_READ_BYTES:
-            return None
-        buf = bytearray(size)
-        if size and os.preadv(fd, [buf], 0, _NOWAIT) != size:
-            return None
-        return bytes(buf)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _walk(root: str, prefix: str) -> list[Meta]:
@@ -902,7 +688,7 @@ class PosixBackend:
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                          coalesce: int) -> list[Buffer]:
-        return await self._call(key, _read_ranges, self._path(key), ranges)  # type: ignore[no-any-return]
+        return await self._call(key, local_reads.read_ranges, self._path(key), ranges)  # type: ignore[no-any-return]
 
     async def head(self, key: str) -> Meta:
         st = await self._call(key, os.stat, self._path(key))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pytest
 
 import alance
-import alance.io.backends as backends
+import alance.io.local_reads as local_reads
 from alance.format.legacy.plan import fetch_from, run_plan
 from alance.format.schema import LanceSchema
 from alance.format.v2 import v20_rows
@@ -419,7 +419,7 @@ def _nowait_works(path: Path) -> bool:
 def read_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of range reads served on the loop ("inline") and by a thread ("thread")."""
     counts = {"inline": 0, "thread": 0}
-    cached, threaded = backends._read_cached_ranges, backends._read_ranges
+    cached, threaded = local_reads.read_cached_ranges, local_reads.read_ranges
 
     def inline(path, ranges):
         out = cached(path, ranges)
@@ -430,16 +430,16 @@ def read_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["thread"] += 1
         return threaded(path, ranges)
 
-    local = backends._read_local
+    local = local_reads.read_local_ranges
 
     def local_read(path, starts, ends, nowait, joined=True):  # ranges read into place
         out = local(path, starts, ends, nowait, joined)
         counts["inline" if nowait else "thread"] += out is not None
         return out
 
-    monkeypatch.setattr(backends, "_read_cached_ranges", inline)
-    monkeypatch.setattr(backends, "_read_ranges", thread)
-    monkeypatch.setattr(backends, "_read_local", local_read)
+    monkeypatch.setattr(local_reads, "read_cached_ranges", inline)
+    monkeypatch.setattr(local_reads, "read_ranges", thread)
+    monkeypatch.setattr(local_reads, "read_local_ranges", local_read)
     return counts
 
 
@@ -449,20 +449,20 @@ def test_cached_range_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     path.write_bytes(payload)
     ranges = [(0, 10), (100, 100), (5000, 9000), (16_000, 16_384), (3, 4)]
     want = [payload[s:e] for s, e in ranges]
-    assert backends._read_ranges(str(path), ranges) == want
+    assert local_reads.read_ranges(str(path), ranges) == want
     with pytest.raises(alance.CorruptFileError):
-        backends._read_ranges(str(path), [(16_000, 16_385)])
+        local_reads.read_ranges(str(path), [(16_000, 16_385)])
     # past the end or missing: not answered inline (the thread path reports the error)
-    assert backends._read_cached_ranges(str(path), [(0, 10), (16_380, 16_390)]) is None
-    assert backends._read_cached_ranges(str(tmp_path / "missing"), [(0, 1)]) is None
+    assert local_reads.read_cached_ranges(str(path), [(0, 10), (16_380, 16_390)]) is None
+    assert local_reads.read_cached_ranges(str(tmp_path / "missing"), [(0, 1)]) is None
     if _nowait_works(path):
-        got = backends._read_cached_ranges(str(path), ranges)
+        got = local_reads.read_cached_ranges(str(path), ranges)
         assert got is not None and [bytes(g) for g in got] == want
-    monkeypatch.setattr(backends, "INLINE_READ_BYTES", 100)
-    assert backends._read_cached_ranges(str(path), [(0, 101)]) is None
-    monkeypatch.setattr(backends, "INLINE_READ_BYTES", 1024 * 1024)
-    monkeypatch.setattr(backends, "_NOWAIT", 0)
-    assert backends._read_cached_ranges(str(path), [(0, 10)]) is None
+    monkeypatch.setattr(local_reads, "INLINE_READ_BYTES", 100)
+    assert local_reads.read_cached_ranges(str(path), [(0, 101)]) is None
+    monkeypatch.setattr(local_reads, "INLINE_READ_BYTES", 1024 * 1024)
+    monkeypatch.setattr(local_reads, "NOWAIT", 0)
+    assert local_reads.read_cached_ranges(str(path), [(0, 10)]) is None
 
 
 @pytest.mark.parametrize("version", ["2.0", "2.1"])
@@ -482,9 +482,9 @@ async def test_inline_and_thread_reads_agree(tmp_path: Path, mixed_table: pa.Tab
     assert_same(await ours.take(idx, columns=small), want_small)
     if _nowait_works(data_file(uri)):  # cached and small: served on the event loop
         assert read_paths["inline"] > 0 and read_paths["thread"] == 0, read_paths
-    for name, value in [("_NOWAIT", 0), ("INLINE_READ_BYTES", 1)]:
+    for name, value in [("NOWAIT", 0), ("INLINE_READ_BYTES", 1)]:
         with monkeypatch.context() as m:
-            m.setattr(backends, name, value)
+            m.setattr(local_reads, name, value)
             read_paths.update(inline=0, thread=0)
             assert_same(await ours.take(idx), want)
             assert_same(await ours.take(idx, columns=small), want_small)
@@ -506,8 +506,8 @@ async def test_truncated_data_file_is_corrupt(tmp_path: Path, version: str, warm
         assert (await ours.take([0]))["id"].to_pylist() == [0]
     path = data_file(uri)
     os.truncate(path, path.stat().st_size // 2)
-    for nowait in (backends._NOWAIT, 0):  # the inline path (where available), then threads
-        monkeypatch.setattr(backends, "_NOWAIT", nowait)
+    for nowait in (local_reads.NOWAIT, 0):  # the inline path (where available), then threads
+        monkeypatch.setattr(local_reads, "NOWAIT", nowait)
         for idx in ([n - 1], [0, n - 1], [n - 1, 3, n - 2]):
             with pytest.raises(alance.CorruptFileError):
                 await ours.take(idx)

@@ -84,20 +84,20 @@ async def test_local_range_reads_small_and_large(tmp_path, monkeypatch: pytest.M
     import numpy as np
 
     from alance.errors import CorruptFileError
-    from alance.io import backends
+    from alance.io import local_reads
 
     if not inline:
-        monkeypatch.setattr(backends, "INLINE_READ_BYTES", 0)  # every read by a thread
-    data = np.random.default_rng(3).integers(0, 256, 3 * backends.POOLED_READ_BYTES,
+        monkeypatch.setattr(local_reads, "INLINE_READ_BYTES", 0)  # every read by a thread
+    data = np.random.default_rng(3).integers(0, 256, 3 * local_reads.POOLED_READ_BYTES,
                                              dtype=np.uint8).tobytes()
     (tmp_path / "f.bin").write_bytes(data)
     store = open_store(str(tmp_path))
-    big = (5, 5 + backends.POOLED_READ_BYTES + 17)
+    big = (5, 5 + local_reads.POOLED_READ_BYTES + 17)
     ranges = [(0, 10), big, (len(data) - 3, len(data))]
     got = await store.get_ranges("f.bin", ranges)
     assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
     with pytest.raises(CorruptFileError):
-        await store.get_ranges("f.bin", [(len(data) - backends.POOLED_READ_BYTES,
+        await store.get_ranges("f.bin", [(len(data) - local_reads.POOLED_READ_BYTES,
                                           len(data) + 1)])
 
 
@@ -110,10 +110,10 @@ async def test_ranges_read_joined_into_one_buffer(tmp_path, monkeypatch: pytest.
     import numpy as np
 
     from alance.errors import CorruptFileError
-    from alance.io import backends
+    from alance.io import local_reads
 
     if not inline:
-        monkeypatch.setattr(backends, "INLINE_READ_BYTES", 0)
+        monkeypatch.setattr(local_reads, "INLINE_READ_BYTES", 0)
     data = np.random.default_rng(4).integers(0, 256, 200_000, dtype=np.uint8).tobytes()
     (tmp_path / "f.bin").write_bytes(data)
     starts, ends = [10, 5, 150_000, 7, 199_990], [20, 5, 190_000, 9, 200_000]
@@ -174,18 +174,18 @@ async def test_many_small_local_ranges_share_slabs(tmp_path) -> None:
     a pool buffer each; large ones and the bytes of every range stay as they were."""
     import numpy as np
 
-    from alance.io import backends
+    from alance.io import local_reads
 
     data = np.random.default_rng(7).integers(0, 256, 4_000_000, dtype=np.uint8).tobytes()
     (tmp_path / "f.bin").write_bytes(data)
     store = open_store(str(tmp_path))
     ranges = [(s, s + 24) for s in range(0, 3_000_000, 10_000)]  # 300 pieces, far apart
-    ranges.append((3_100_000, 3_100_000 + 2 * backends.SHARED_PIECE_BYTES))
+    ranges.append((3_100_000, 3_100_000 + 2 * local_reads.SHARED_PIECE_BYTES))
     got = await store.get_ranges("f.bin", ranges)
     assert [bytes(g) for g in got] == [data[s:e] for s, e in ranges]
     holders = {id(memoryview(g).obj) for g in got[:-1]}
     assert len(holders) == 1  # 300 x 24 bytes: one slab
-    assert len(memoryview(memoryview(got[-1]).obj)) == 2 * backends.SHARED_PIECE_BYTES
+    assert len(memoryview(memoryview(got[-1]).obj)) == 2 * local_reads.SHARED_PIECE_BYTES
     wide = [(s, s + 30_000) for s in range(0, 3_500_000, 50_000)]  # 70 x 30 KB: 3 slabs
     got = await store.get_ranges("f.bin", wide)
     assert [bytes(g) for g in got] == [data[s:e] for s, e in wide]
