@@ -111,3 +111,39 @@ async def test_scan_same_rows_mapped_or_read(tmp_path, monkeypatch: pytest.Monke
     assert mapped.equals(table) and read.equals(table)
     assert (await ds.to_table(filter="id >= 123456", columns=["vec", "s"])).equals(
         table.slice(123_456).select(["vec", "s"]))
+
+
+async def test_mapping_failures_fall_back_to_reading(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                     ) -> None:
+    """A file system that cannot map, or a populate call that fails (EIO from the disk):
+    the range is read the usual way, with the same bytes."""
+    data = np.random.default_rng(4).integers(0, 256, 2_000_000, dtype=np.uint8).tobytes()
+    (tmp_path / "f.bin").write_bytes(data)
+    store = open_store(str(tmp_path))
+    wanted = [(0, 100), (300_000, 1_900_000)]
+
+    def cannot_map(*args: object, **kwargs: object) -> mmap.mmap:
+        raise OSError(19, "No such device")
+
+    with monkeypatch.context() as m:
+        m.setattr(mapped_reads.mmap, "mmap", cannot_map)
+        got = await store.get_ranges("f.bin", wanted)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in wanted]
+    assert not isinstance(_owner(got[1]), mmap.mmap)
+
+    with monkeypatch.context() as m:
+        m.setattr(mapped_reads, "_madvise", lambda address, length, advice: -1)
+        got = await store.get_ranges("f.bin", wanted)
+    assert [bytes(g) for g in got] == [data[s:e] for s, e in wanted]
+    assert not isinstance(_owner(got[1]), mmap.mmap)
+
+
+def test_kernel_without_populate_maps_nothing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "f.bin").write_bytes(bytes(1_000_000))
+    monkeypatch.setattr(mapped_reads, "_usable", False)
+    assert not mapped_reads.enabled()
+    fd = os.open(tmp_path / "f.bin", os.O_RDONLY)
+    try:
+        assert mapped_reads.map_range(fd, 0, 900_000, 1_000_000) is None
+    finally:
+        os.close(fd)
