@@ -397,7 +397,7 @@ class ObstoreBackend:
         if not self._pread:
             return None
         path = "/" + key
-        if local_reads.NOWAIT and sum(ends) - sum(starts) <= local_reads.INLINE_READ_BYTES:
+        if local_reads.inline_read(starts, ends, joined):
             cached = local_reads.read_local_ranges(path, starts, ends, True, joined)
             if cached is not None:
                 return list(cached)

@@ -21,9 +21,9 @@ from alance.io.mapped_reads import MAP_MIN_BYTES
 
 Buffer = bytes | memoryview
 
-__all__ = ["INLINE_READ_BYTES", "NOWAIT", "POOLED_READ_BYTES", "PREAD_WORKERS",
-           "pread_executor", "read_cached_object", "read_cached_ranges", "read_local_ranges",
-           "read_ranges"]
+__all__ = ["INLINE_MAP_BYTES", "INLINE_READ_BYTES", "NOWAIT", "POOLED_READ_BYTES",
+           "PREAD_WORKERS", "inline_read", "pread_executor", "read_cached_object",
+           "read_cached_ranges", "read_local_ranges", "read_ranges"]
 
 
 #: Threads that read ranges of local files (all started at once, so a process's thread count
@@ -171,8 +171,13 @@ def read_local_ranges(path: str, starts: Sequence[int], ends: Sequence[int], now
             return None
         raise
     try:
-        # Large separate pieces are mapped rather than copied (see mapped_reads).
-        mapped = None if nowait or joined else _mapped_pieces(fd, starts, ends)
+        # Large separate pieces are mapped rather than copied (see mapped_reads); without
+        # waiting for the disk, only those the page cache holds whole.
+        mapping = not joined and mapped_reads.enabled()
+        mapped = _mapped_pieces(fd, starts, ends, nowait) if mapping else None
+        if nowait and mapping and any(n >= MAP_MIN_BYTES and (mapped is None or mapped[i] is None)
+                                      for i, n in enumerate(sizes)):
+            return None  # (a large piece not all in the page cache: for a reader thread)
         if mapped is not None:
             sizes = [0 if m is not None else n for n, m in zip(sizes, mapped, strict=True)]
         if joined:
@@ -204,7 +209,25 @@ def read_local_ranges(path: str, starts: Sequence[int], ends: Sequence[int], now
     return [whole] if joined else targets
 
 
-def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int],
+#: Most bytes one call maps on the event loop (pieces the page cache holds whole; see
+#: :func:`inline_read`).
+INLINE_MAP_BYTES = 16 * 1024 * 1024
+
+
+def inline_read(starts: Sequence[int], ends: Sequence[int], joined: bool) -> bool:
+    """Whether :func:`read_local_ranges` of these ranges may be tried on the event loop
+    (``nowait``): at most :data:`INLINE_READ_BYTES` to copy and :data:`INLINE_MAP_BYTES` to
+    map (filling in a mapping of resident pages costs about a fifth of copying them)."""
+    if not NOWAIT:
+        return False
+    sizes = [e - s for s, e in zip(starts, ends, strict=True)]
+    if joined or not mapped_reads.enabled():
+        return sum(sizes) <= INLINE_READ_BYTES
+    mapped = sum(n for n in sizes if n >= MAP_MIN_BYTES)
+    return sum(sizes) - mapped <= INLINE_READ_BYTES and mapped <= INLINE_MAP_BYTES
+
+
+def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int], resident_only: bool,
                    ) -> list[memoryview | None] | None:
     """The ranges of ``fd`` that :func:`mapped_reads.map_range` maps (``None`` for the others
     to be read), or ``None`` when it maps none of them."""
@@ -212,7 +235,8 @@ def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int],
             or not mapped_reads.enabled():
         return None
     size = os.fstat(fd).st_size
-    views = [mapped_reads.map_range(fd, s, e, size) for s, e in zip(starts, ends, strict=True)]
+    views = [mapped_reads.map_range(fd, s, e, size, resident_only=resident_only)
+             for s, e in zip(starts, ends, strict=True)]
     return views if any(v is not None for v in views) else None
 
 

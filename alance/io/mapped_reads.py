@@ -40,6 +40,7 @@ _lock = threading.Lock()
 _wanted = True
 _usable: bool | None = None  # probed on first use
 _madvise: Callable[[int, int, int], int] | None = None
+_mincore: Callable[[int, int, ctypes.Array[ctypes.c_ubyte]], int] | None = None
 
 
 def set_enabled(enabled: bool) -> None:
@@ -55,7 +56,7 @@ def enabled() -> bool:
 
 
 def _probe() -> bool:
-    global _usable, _madvise
+    global _usable, _madvise, _mincore
     if _usable is not None:
         return _usable
     with _lock:
@@ -63,27 +64,39 @@ def _probe() -> bool:
             usable = False
             if sys.platform.startswith("linux"):
                 try:
-                    fn = ctypes.CDLL(None, use_errno=True).madvise
+                    libc = ctypes.CDLL(None, use_errno=True)
+                    fn = libc.madvise
                     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
                     fn.restype = ctypes.c_int
+                    resident = libc.mincore
+                    resident.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                         ctypes.POINTER(ctypes.c_ubyte)]
+                    resident.restype = ctypes.c_int
                     probe = mmap.mmap(-1, _PAGE)
                     try:
                         address = np.frombuffer(probe, dtype=np.uint8).ctypes.data
                         usable = fn(address, _PAGE, _MADV_POPULATE_READ) == 0
                     finally:
                         probe.close()
-                    _madvise = fn
+                    _madvise, _mincore = fn, resident
                 except (OSError, AttributeError, ValueError):
                     usable = False
             _usable = usable
     return bool(_usable)
 
 
-def map_range(fd: int, start: int, end: int, file_size: int) -> memoryview | None:
+def map_range(fd: int, start: int, end: int, file_size: int, *,
+              resident_only: bool = False) -> memoryview | None:
     """Bytes ``start..end`` of the open file ``fd`` (of ``file_size`` bytes; ``end`` at most
     that) as a read-only view of a mapping whose pages are already filled in, or ``None`` when
     mapping is off or fails (the caller then reads the range the usual way, which reports any
-    error). The mapping lives as long as views of it do."""
+    error). The mapping lives as long as views of it do.
+
+    ``resident_only``: ``None`` too unless the page cache already holds every page of the
+    range (``mincore``), so that the call never waits for the disk: the event loop may then
+    make it (filling in the page tables of resident pages costs ~20 µs per MiB). Where the
+    kernel does not report residency (it does so only for files the process may write,
+    since Linux 5.0), nothing is mapped this way and the caller's reader thread maps it."""
     if end - start < MAP_MIN_BYTES or end > file_size or not enabled():
         return None
     base = start - start % _PAGE
@@ -92,9 +105,22 @@ def map_range(fd: int, start: int, end: int, file_size: int) -> memoryview | Non
     except (OSError, ValueError):
         return None
     address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+    if resident_only and not _all_resident(address, end - base):
+        mapped.close()
+        return None
     assert _madvise is not None
     if _madvise(address, end - base, _MADV_POPULATE_READ) != 0:
         # (EIO from the disk, EFAULT if the file shrank): let the usual read report it.
         mapped.close()
         return None
     return memoryview(mapped)[start - base:]
+
+
+def _all_resident(address: int, length: int) -> bool:
+    """Whether the page cache holds every page of the mapping at ``address``."""
+    assert _mincore is not None
+    pages = -(-length // _PAGE)
+    vec = (ctypes.c_ubyte * pages)()
+    if _mincore(address, length, vec) != 0:
+        return False
+    return bool((np.frombuffer(bytes(vec), dtype=np.uint8) & 1).all())

@@ -89,8 +89,8 @@ async def test_scan_same_rows_mapped_or_read(tmp_path, monkeypatch: pytest.Monke
     maps = []
     real = mapped_reads.map_range
 
-    def counted(*args: int) -> memoryview | None:
-        view = real(*args)
+    def counted(*args: int, **kwargs: bool) -> memoryview | None:
+        view = real(*args, **kwargs)
         maps.append(view is not None)
         return view
 
@@ -147,3 +147,48 @@ def test_kernel_without_populate_maps_nothing(tmp_path, monkeypatch: pytest.Monk
         assert mapped_reads.map_range(fd, 0, 900_000, 1_000_000) is None
     finally:
         os.close(fd)
+
+
+def test_resident_pieces_are_mapped_on_the_spot(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                ) -> None:
+    """A read that may not wait for the disk maps a large piece only when the page cache
+    holds all of it, and otherwise gives up (a reader thread then reads it)."""
+    from alance.io import local_reads
+
+    if not local_reads.NOWAIT:
+        pytest.skip("no preadv(RWF_NOWAIT) here")
+    data = np.random.default_rng(5).integers(0, 256, 3_000_000, dtype=np.uint8).tobytes()
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)  # (just written: in the page cache)
+    starts, ends = [10, 400_000], [200, 2_900_000]
+    got = local_reads.read_local_ranges(str(path), starts, ends, True, False)
+    assert got is not None
+    assert [bytes(g) for g in got] == [data[10:200], data[400_000:2_900_000]]
+    assert isinstance(_owner(got[1]), mmap.mmap) and not isinstance(_owner(got[0]), mmap.mmap)
+
+    monkeypatch.setattr(mapped_reads, "_all_resident", lambda address, length: False)
+    assert local_reads.read_local_ranges(str(path), starts, ends, True, False) is None
+    got = local_reads.read_local_ranges(str(path), starts, ends, False, False)
+    assert got is not None and bytes(got[1]) == data[400_000:2_900_000]
+
+
+def test_what_the_event_loop_may_read(monkeypatch: pytest.MonkeyPatch, mapping_switch) -> None:
+    from alance.io import local_reads
+
+    monkeypatch.setattr(local_reads, "NOWAIT", 8)
+    piece, big = mapped_reads.MAP_MIN_BYTES - 1, local_reads.INLINE_MAP_BYTES
+    copies = local_reads.INLINE_READ_BYTES // piece  # pieces too small to map, copied
+    starts = [i * piece for i in range(copies)]
+    ends = [s + piece for s in starts]
+    # copies of at most INLINE_READ_BYTES, mappings of at most INLINE_MAP_BYTES
+    assert local_reads.inline_read([*starts, 1 << 30], [*ends, (1 << 30) + big], joined=False)
+    assert not local_reads.inline_read([*starts, 1 << 30], [*ends, (1 << 30) + piece],
+                                       joined=False)
+    assert not local_reads.inline_read([0], [big + 1], joined=False)
+    # joined (a take's ranges, read into one buffer) or mapping off: copies only
+    assert not local_reads.inline_read([0], [big], joined=True)
+    mapped_reads.set_enabled(False)
+    assert not local_reads.inline_read([0], [big], joined=False)
+    assert local_reads.inline_read(starts, ends, joined=False)
+    monkeypatch.setattr(local_reads, "NOWAIT", 0)
+    assert not local_reads.inline_read([0], [10], joined=False)
