@@ -90,8 +90,10 @@ async def test_rebase_and_conflicts_at_info(moto_target: S3Target,
     assert await done[0].checkout_latest() and await (
         await done[0].checkout_latest()).count_rows() == 18 + 4 * 10
     info = _messages(caplog, logging.INFO, "alance.dataset.commit.loop")
-    assert any("commit conflict: version" in m and "taken by another writer" in m
-               for m in info), info
+    # Each of the three losers rebases onto the newest version, and says so: after losing
+    # the race for a version (logged as a conflict, as usually happens), or because it saw
+    # the newer version before trying (a writer whose data write finished last).
+    assert sum("rebasing a" in m for m in info) >= 3, info
 
     # A conflict that cannot be rebased: logged, then raised.
     caplog.clear()
