@@ -153,7 +153,7 @@ def _separate_targets(sizes: Sequence[int]) -> list[memoryview]:
 
 
 def read_local_ranges(path: str, starts: Sequence[int], ends: Sequence[int], nowait: bool,
-                joined: bool = True) -> list[memoryview] | None:
+                      joined: bool = True) -> list[memoryview] | None:
     """Ranges of a local file read into buffers of Arrow's memory pool, each by one
     ``preadv`` into its place: back to back in one buffer (``joined``; a list of that one),
     or one buffer per range (so that a view kept of one range keeps only its own bytes;
