@@ -95,7 +95,7 @@ NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 def read_cached_ranges(path: str, ranges: Sequence[tuple[int, int]],
-                        ) -> list[bytearray | pa.Buffer] | None:
+                       ) -> list[bytearray | pa.Buffer] | None:
     """The ranges if the kernel can serve them all from its page cache without waiting for
     the disk (``preadv`` with ``RWF_NOWAIT``), else ``None`` (then a reader thread reads).
 
