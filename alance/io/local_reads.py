@@ -230,9 +230,9 @@ def inline_read(starts: Sequence[int], ends: Sequence[int], joined: bool) -> boo
 def _mapped_pieces(fd: int, starts: Sequence[int], ends: Sequence[int], resident_only: bool,
                    ) -> list[memoryview | None] | None:
     """The ranges of ``fd`` that :func:`mapped_reads.map_range` maps (``None`` for the others
-    to be read), or ``None`` when it maps none of them."""
-    if not any(e - s >= MAP_MIN_BYTES for s, e in zip(starts, ends, strict=True)) \
-            or not mapped_reads.enabled():
+    to be read), or ``None`` when it maps none of them. (The caller checked that mapping is
+    on.)"""
+    if not any(e - s >= MAP_MIN_BYTES for s, e in zip(starts, ends, strict=True)):
         return None
     size = os.fstat(fd).st_size
     views = [mapped_reads.map_range(fd, s, e, size, resident_only=resident_only)
