@@ -49,6 +49,9 @@ T = TypeVar("T")
 DEFAULT_MAX_CONCURRENCY = 16
 #: Ranges longer than this are split into concurrent requests of about this size.
 DEFAULT_SPLIT_BYTES = 8 * 1024 * 1024
+#: A wanted range up to this many times the split size is fetched whole, by one request
+#: (longer ones are split, and their pieces joined by a copy).
+WHOLE_RANGE_FACTOR = 4
 #: Extra attempts for idempotent operations that failed transiently.
 DEFAULT_MAX_RETRIES = 3
 #: First retry delay in seconds (doubles per attempt, with full jitter, capped at 2 s).
@@ -150,7 +153,9 @@ class DatasetStore:
         coalesce_bytes: gap below which neighbouring ranges of one object are read together.
         after_fork: builds a replacement backend for a process forked after obstore was used
             (obstore cannot run there); ``None`` means such a child cannot use this store.
-        split_bytes: ranges longer than this are fetched as several concurrent requests.
+        split_bytes: ranges longer than this are fetched as several concurrent requests
+            (cut between the wanted ranges they merge; one wanted range is cut only when
+            it is more than :data:`WHOLE_RANGE_FACTOR` times this long).
         limiter_key: stores with the same key share the in-flight bound in a process
             (e.g. ``"s3://bucket"``); defaults to the first component of ``root``.
         scan_chunk_bytes: decoded bytes a scan reads per chunk (all its columns): bigger
@@ -526,9 +531,15 @@ class DatasetStore:
         return [[] if o is None else o for o in out]
 
     def _pieces(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The byte ranges to request for ``ranges``: coalesced, long ones split."""
-        merged = _coalesce(sorted({(s, e) for s, e in ranges if e > s}), self.coalesce_bytes)
-        return [p for m in merged for p in _split(m, self.split_bytes)]
+        """The byte ranges to request for ``ranges``: coalesced, long ones split (not inside
+        a wanted range of up to :data:`WHOLE_RANGE_FACTOR` pieces: see :func:`_split`)."""
+        wanted = sorted({(s, e) for s, e in ranges if e > s})
+        merged = _coalesce(wanted, self.coalesce_bytes)
+        size = self.split_bytes
+        if all(e - s <= size for s, e in merged):
+            return merged
+        whole = [(s, e) for s, e in wanted if size // 4 < e - s <= WHOLE_RANGE_FACTOR * size]
+        return [p for m in merged for p in _split(m, size, whole)]
 
     def _answer(self, path: str, ranges: Sequence[tuple[int, int]],
                 pieces: list[tuple[int, int]], fetched: Sequence[Buffer]) -> list[Buffer]:
@@ -700,12 +711,31 @@ def _coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, in
     return merged
 
 
-def _split(rng: tuple[int, int], size: int) -> list[tuple[int, int]]:
-    """``rng`` cut into pieces of at most ``size`` bytes."""
+def _split(rng: tuple[int, int], size: int,
+           whole: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """``rng`` cut into pieces of about ``size`` bytes, but never inside one of the ranges
+    ``whole`` (sorted): a cut there moves to that range's start, or, when the range starts the
+    piece, to its end. A wanted range cut in two would be copied back together on the event
+    loop, which for the pages of a scan (often 8-30 MB) cost as much CPU as decoding some of
+    them; requests in flight for other pages keep the transfer parallel."""
     start, end = rng
     if end - start <= size:
         return [rng]
-    return list(itertools.pairwise([*range(start, end, size), end]))
+    starts = [s for s, _ in whole]
+    cuts = [start]
+    pos = start
+    while end - pos > size:
+        cut = pos + size
+        i = bisect.bisect_left(starts, cut) - 1  # the last range starting before the cut
+        for s, e in whole[max(0, i - 3): i + 1]:  # (overlapping long ranges are rare)
+            if s < cut < e:
+                cut = s if s > pos else e
+                break
+        if cut >= end:
+            break
+        cuts.append(cut)
+        pos = cut
+    return list(itertools.pairwise([*cuts, end]))
 
 
 _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (

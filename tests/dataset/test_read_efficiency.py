@@ -77,12 +77,11 @@ async def test_open_costs_one_request_per_file(local_uri: str, reads) -> None:
     assert len(paths) <= 2  # the tail, then the page holding row 0
 
 
-async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
-    from alance.io.uri import open_store
+def _recording(calls: list[list[tuple[int, int]]]) -> type:
+    """A backend wrapper (``wrap_backend``) that appends the ranges of every ``get_ranges``
+    call to ``calls``."""
 
-    calls: list[list[tuple[int, int]]] = []
-
-    class Counting:
+    class Recording:
         def __init__(self, inner):
             self.inner = inner
 
@@ -93,8 +92,15 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
             calls.append(list(ranges))
             return await self.inner.get_ranges(key, ranges, coalesce)
 
+    return Recording
+
+
+async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
+    from alance.io.uri import open_store
+
+    calls: list[list[tuple[int, int]]] = []
     store = open_store(local_uri, {"max_concurrency": 3, "coalesce_bytes": 0,
-                                   "wrap_backend": Counting})
+                                   "wrap_backend": _recording(calls)})
     store.split_bytes = 1000
     assert store.ranges_per_request > 1  # local stores batch ranges into one backend call
     store.ranges_per_request = 1  # as cloud stores do: every request holds its own slot
@@ -103,10 +109,12 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
     got = await store.get_ranges("blob", [(0, 10_240), (5, 7), (100, 3_100), (9, 9)])
     assert [bytes(g) for g in got] == [payload, payload[5:7], payload[100:3_100], b""]
     # overlapping ranges are merged (coalesce_bytes=0 still merges overlaps), and the long
-    # result goes out as 1000-byte pieces, one request each
+    # result goes out as 1000-byte pieces, one request each, but for the wanted range of
+    # 3000 bytes inside it, which is fetched whole
     pieces = sorted(r for c in calls for r in c)
     assert all(len(c) == 1 for c in calls)
-    assert pieces == [(i, min(i + 1000, 10_240)) for i in range(0, 10_240, 1000)]
+    assert pieces == [(0, 100), (100, 3_100), *((i, min(i + 1000, 10_240))
+                                                 for i in range(3_100, 10_240, 1000))]
     calls.clear()
     store.coalesce_bytes = 100
     got = await store.get_ranges("blob", [(0, 10), (50, 60), (500, 510)])
@@ -117,6 +125,42 @@ async def test_large_ranges_are_split_and_joined(local_uri: str) -> None:
     got = await store.get_ranges("blob", [(i * 1000, i * 1000 + 10) for i in range(10)])
     assert [bytes(g) for g in got] == [payload[i * 1000:i * 1000 + 10] for i in range(10)]
     assert [len(c) for c in calls] == [4, 4, 2]
+
+
+async def test_split_pieces_keep_wanted_ranges_whole(local_uri: str) -> None:
+    """Long pieces are cut between the wanted ranges they merge, and one wanted range of up
+    to WHOLE_RANGE_FACTOR split sizes is fetched by one request (its bytes are then a view,
+    never pieces copied back together)."""
+    from alance.io.store import WHOLE_RANGE_FACTOR, _split
+    from alance.io.uri import open_store
+
+    requests: list[list[tuple[int, int]]] = []
+    store = open_store(local_uri, {"coalesce_bytes": 0, "wrap_backend": _recording(requests)})
+    store.split_bytes = 1000
+    store.ranges_per_request = 1
+    payload = bytes(range(256)) * 40
+    await store.put("blob", payload)
+    # one range of 3x the split size: one request
+    got = await store.get_ranges("blob", [(100, 3_100)])
+    assert bytes(got[0]) == payload[100:3_100]
+    assert requests == [[(100, 3_100)]]
+    requests.clear()
+    # three touching ranges of 900 bytes: merged, then cut at their own bounds
+    wanted = [(0, 900), (900, 1_800), (1_800, 2_700)]
+    got = await store.get_ranges("blob", wanted)
+    assert [bytes(g) for g in got] == [payload[s:e] for s, e in wanted]
+    assert sorted(r for c in requests for r in c) == wanted
+    requests.clear()
+    # past the factor, a range is split again (and joined)
+    long = (0, (WHOLE_RANGE_FACTOR + 1) * 1_000 + 5)
+    got = await store.get_ranges("blob", [long])
+    assert bytes(got[0]) == payload[long[0]:long[1]]
+    assert len(requests) == WHOLE_RANGE_FACTOR + 2
+    # the cut rule on its own: small wanted ranges may be cut through, long ones not
+    assert _split((0, 2_500), 1_000) == [(0, 1_000), (1_000, 2_000), (2_000, 2_500)]
+    assert _split((0, 2_500), 1_000, [(600, 1_500)]) == [(0, 600), (600, 1_600),
+                                                         (1_600, 2_500)]
+    assert _split((0, 4_000), 1_000, [(0, 3_500)]) == [(0, 3_500), (3_500, 4_000)]
 
 
 async def test_local_range_reads_check_the_file(local_uri: str) -> None:
