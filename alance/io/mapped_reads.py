@@ -123,4 +123,4 @@ def _all_resident(address: int, length: int) -> bool:
     vec = (ctypes.c_ubyte * pages)()
     if _mincore(address, length, vec) != 0:
         return False
-    return bool((np.frombuffer(bytes(vec), dtype=np.uint8) & 1).all())
+    return bool((np.frombuffer(memoryview(vec), dtype=np.uint8) & 1).all())

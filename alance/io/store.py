@@ -538,6 +538,7 @@ class DatasetStore:
         size = self.split_bytes
         if all(e - s <= size for s, e in merged):
             return merged
+        # (a range of a quarter piece or less may be cut through: copying it back is cheap)
         whole = [(s, e) for s, e in wanted if size // 4 < e - s <= WHOLE_RANGE_FACTOR * size]
         return [p for m in merged for p in _split(m, size, whole)]
 
