@@ -24,13 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from alance.format.jsonb import MAX_DEPTH, MAX_VALUE_BYTES, _float_text, to_text
+from alance.format.jsonb import MAX_DEPTH, _float_text
 from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices, span_array
 
-__all__ = ["BULK_MIN_VALUES", "PIECE_BYTES", "array_to_text", "bulk_text"]
+__all__ = ["ARRAY", "CONTAINER", "FALSE", "NULL", "NUMBER", "OBJECT", "SCALAR", "STRING", "TRUE",
+           "bulk_text", "double_texts", "leaf_texts", "needs_escape", "ranges_binary", "u32_be"]
 
-_ARRAY, _OBJECT, _SCALAR = 0x80000000, 0x40000000, 0x20000000
-_NULL, _STRING, _NUMBER, _FALSE, _TRUE, _CONTAINER = 0, 1, 2, 3, 4, 5
+ARRAY, OBJECT, SCALAR = 0x80000000, 0x40000000, 0x20000000
+NULL, STRING, NUMBER, FALSE, TRUE, CONTAINER = 0, 1, 2, 3, 4, 5
 #: Fixed pieces, by index: what tokens point at besides leaf and child texts.
 _PUNCT = ["[", "]", "}", ",", "null", "false", "true", "[]", "{}"]
 _OPEN_A, _CLOSE_A, _CLOSE_O, _COMMA, _EMPTY_A, _EMPTY_O = 0, 1, 2, 3, 7, 8
@@ -48,7 +49,7 @@ class _Level:
 
     node_start: np.ndarray      # per node: where its bytes start
     node_value: np.ndarray      # per node: its top-level value
-    kind: np.ndarray            # per node: _ARRAY / _OBJECT / _SCALAR
+    kind: np.ndarray            # per node: ARRAY / OBJECT / SCALAR
     count: np.ndarray           # per node: items (arrays) or keys (objects)
     first: np.ndarray           # per node: index of its first entry
     typ: np.ndarray             # per entry: type
@@ -68,7 +69,7 @@ class _Level:
     @cached_property
     def has_scalar(self) -> bool:
         """Whether a node is a top-level scalar (printed without punctuation)."""
-        return bool((self.kind == _SCALAR).any())
+        return bool((self.kind == SCALAR).any())
 
 
 def _as(arr: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -84,7 +85,7 @@ def _windows(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return fixed_at(data, pos, width).view(f"V{width}")
 
 
-def _u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def u32_be(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """The big-endian u32 at each byte position ``pos`` of ``data``."""
     return _windows(data, pos, 4).view(">u4").astype(np.uint32)
 
@@ -99,22 +100,22 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
     """Parse the containers ``[starts, ends)`` (marking their values ``slow`` where this path
     cannot follow them)."""
     short = ends - starts < 4
-    head = _u32_be(data, np.where(short, 0, starts))
+    head = u32_be(data, np.where(short, 0, starts))
     kind = (head & np.uint32(0xE0000000)).astype(np.int64)
     count = (head & np.uint32(0x1FFFFFFF)).astype(np.int64)
-    is_obj = kind == _OBJECT
-    m = np.where(kind == _ARRAY, count, np.where(is_obj, 2 * count,
-                                                 np.where(kind == _SCALAR, 1, 0)))
-    bad = short | ~((kind == _ARRAY) | is_obj | ((kind == _SCALAR) & top))
+    is_obj = kind == OBJECT
+    m = np.where(kind == ARRAY, count, np.where(is_obj, 2 * count,
+                                                 np.where(kind == SCALAR, 1, 0)))
+    bad = short | ~((kind == ARRAY) | is_obj | ((kind == SCALAR) & top))
     table = starts + 4 + 4 * m
     bad |= table > ends
     if bad.any():
         # a node this path cannot follow prints as "[]" (its value is printed one by one)
         slow[value[bad]] = True
-        kind = np.where(bad, _ARRAY, kind)
+        kind = np.where(bad, ARRAY, kind)
         count = np.where(bad, 0, count)
         m = np.where(bad, 0, m)
-        is_obj = kind == _OBJECT
+        is_obj = kind == OBJECT
         table = starts + 4 + 4 * m
     first = np.cumsum(m) - m
     total = int(m.sum())
@@ -137,23 +138,23 @@ def _read_level(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, value: n
         stop = np.minimum(stop, np.repeat(ends, m))
         start = np.minimum(start, stop)
     keys = np.where(is_obj, count, 0)
-    wrong = (typ > _CONTAINER) | (entries >= np.uint32(0x80000000))
+    wrong = (typ > CONTAINER) | (entries >= np.uint32(0x80000000))
     if is_obj.any():  # object keys are strings
         is_key = np.repeat(np.tile(np.array([True, False]), len(m)),
                            np.column_stack((keys, m - keys)).ravel())
-        wrong |= is_key & (typ != _STRING)
+        wrong |= is_key & (typ != STRING)
         ventry = np.flatnonzero(~is_key)  # (a node's entries are its keys, then its values)
     else:
         ventry = np.arange(total)
     if wrong.any():
         slow[value[np.searchsorted(first, np.flatnonzero(wrong), side="right") - 1]] = True
-    per_node = np.where(kind == _SCALAR, 1, count)
+    per_node = np.where(kind == SCALAR, 1, count)
     vslot = ventry - np.repeat(first + keys, per_node)
     return _Level(starts, value, kind, count, first, typ, start, stop, per_node, ventry,
                   vslot, typ[ventry], np.repeat(value, per_node))
 
 
-def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.Array:
+def ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.Array:
     """``data[start[i]:stop[i]]`` for every i, as one binary array."""
     k = len(start)
     if k and bool((start[1:] >= stop[:-1]).all()) and int(start[0]) >= 0 \
@@ -167,7 +168,7 @@ def _ranges_binary(data: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data[idx])])
 
 
-def _needs_escape(raw: pa.Array) -> np.ndarray:
+def needs_escape(raw: pa.Array) -> np.ndarray:
     """Which values of a large binary array hold a byte JSON text must escape."""
     n = len(raw)
     offs = np.frombuffer(raw.buffers()[1], np.int64, n + 1, raw.offset * 8)
@@ -182,7 +183,7 @@ def _needs_escape(raw: pa.Array) -> np.ndarray:
     return needs
 
 
-def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.ndarray,
+def leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.ndarray,
                 value: np.ndarray, slow: np.ndarray) -> tuple[list[pa.Array], np.ndarray]:
     """Texts of string and number items (types ``typ``, bytes ``data[start:stop]``, of the
     top-level values ``value``): the pieces (in any order) and the piece of each item."""
@@ -195,10 +196,10 @@ def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.n
         size[0] += len(sel)
         parts.append(_as(texts, pa.large_string()))
 
-    strings = np.flatnonzero(typ == _STRING)
+    strings = np.flatnonzero(typ == STRING)
     if len(strings):
-        raw = _ranges_binary(data, start[strings], stop[strings])
-        slow[value[strings[_needs_escape(raw)]]] = True
+        raw = ranges_binary(data, start[strings], stop[strings])
+        slow[value[strings[needs_escape(raw)]]] = True
         try:
             text = raw.cast(pa.large_string())
         except pa.ArrowInvalid:  # not UTF-8: the per-value path raises the error
@@ -207,7 +208,7 @@ def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.n
             quote = pa.scalar('"', pa.large_string())
             add(pc.binary_join_element_wise(quote, text, quote,
                                             pa.scalar("", pa.large_string())), strings)
-    numbers = np.flatnonzero(typ == _NUMBER)
+    numbers = np.flatnonzero(typ == NUMBER)
     if len(numbers):
         n0, n1 = start[numbers], stop[numbers]
         width_all = n1 - n0
@@ -235,29 +236,39 @@ def _leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.n
         if len(floats):
             xs = _windows(data, n0[floats] + 1, 8).view(">f8").astype(np.float64)
             finite = np.isfinite(xs)
-            ok, fx = floats[finite], xs[finite]
-            # Arrow prints the same shortest digits as Python's repr; in fixed notation only
-            # an integral value differs ("100" for "100.0"). The rest is printed by Python.
-            text = pa.array(fx).cast(pa.large_string())
-            expo = np.asarray(pc.match_substring(text, "e"), dtype=bool)
-            dot = np.asarray(pc.match_substring(text, "."), dtype=bool)
-            # (Python's fixed notation, hence pylance's, covers 1e-4 <= |x| < 1e16 only)
-            mag = np.abs(fx)
-            plain = ~expo & ((fx == 0) | ((mag >= 1e-4) & (mag < 1e16)))
-            expo = ~plain
-            add(text.filter(pa.array(plain & dot)), numbers[ok[plain & dot]])
-            integral = plain & ~dot
-            if integral.any():
-                add(pc.binary_join_element_wise(text.filter(pa.array(integral)),
-                                                pa.scalar(".0", pa.large_string()),
-                                                pa.scalar("", pa.large_string())),
-                    numbers[ok[integral]])
-            if expo.any():
-                add(pa.array([_float_text(x) for x in fx[expo].tolist()], pa.large_string()),
-                    numbers[ok[expo]])
-            done[ok] = True
+            add(double_texts(xs[finite]), numbers[floats[finite]])
+            done[floats[finite]] = True
         slow[value[numbers[~done]]] = True
     return parts, piece
+
+
+def double_texts(fx: np.ndarray) -> pa.Array:
+    """The texts of finite doubles ``fx``, as Python's ``repr`` (hence pylance) prints them."""
+    # Arrow prints the same shortest digits as Python's repr; in fixed notation only an
+    # integral value differs ("100" for "100.0"). The rest is printed by Python.
+    text = pa.array(fx).cast(pa.large_string())
+    expo = np.asarray(pc.match_substring(text, "e"), dtype=bool)
+    dot = np.asarray(pc.match_substring(text, "."), dtype=bool)
+    # (Python's fixed notation, hence pylance's, covers 1e-4 <= |x| < 1e16 only)
+    mag = np.abs(fx)
+    plain = ~expo & ((fx == 0) | ((mag >= 1e-4) & (mag < 1e16)))
+    if plain.all() and dot.all():
+        return text
+    parts = [text.filter(pa.array(plain & dot))]
+    where = [np.flatnonzero(plain & dot)]
+    integral = plain & ~dot
+    if integral.any():
+        parts.append(pc.binary_join_element_wise(text.filter(pa.array(integral)),
+                                                 pa.scalar(".0", pa.large_string()),
+                                                 pa.scalar("", pa.large_string())))
+        where.append(np.flatnonzero(integral))
+    if (~plain).any():
+        parts.append(pa.array([_float_text(x) for x in fx[~plain].tolist()],
+                              pa.large_string()))
+        where.append(np.flatnonzero(~plain))
+    index = np.empty(len(fx), np.int64)
+    index[np.concatenate(where)] = np.arange(len(fx))
+    return pa.concat_arrays(parts).take(pa.array(index))
 
 
 def _key_heads(data: np.ndarray, start: np.ndarray, stop: np.ndarray,
@@ -266,11 +277,11 @@ def _key_heads(data: np.ndarray, start: np.ndarray, stop: np.ndarray,
     ``,"key":`` for the others. Each distinct key is printed twice (both forms) and every
     key refers to one of those: the heads, the head of each key and which keys this path
     cannot print (escapes, not UTF-8)."""
-    raw = _ranges_binary(data, start, stop)
+    raw = ranges_binary(data, start, stop)
     encoded = pc.dictionary_encode(raw)
     index = np.asarray(encoded.indices, dtype=np.int64)
     keys = encoded.dictionary
-    bad = _needs_escape(_as(keys, pa.large_binary()))
+    bad = needs_escape(_as(keys, pa.large_binary()))
     try:
         text = keys.cast(pa.large_string())
     except pa.ArrowInvalid:  # not UTF-8: the per-value path raises the error
@@ -294,13 +305,13 @@ def _object_heads(data: np.ndarray, lvl: _Level, slot: np.ndarray, slow: np.ndar
     Objects of one column mostly repeat their keys: objects are grouped by their header,
     key JEntries and key bytes together (which fix the keys), and only one object of each
     group has its keys printed."""
-    obj = np.flatnonzero((lvl.kind == _OBJECT) & (lvl.count > 0))
+    obj = np.flatnonzero((lvl.kind == OBJECT) & (lvl.count > 0))
     count, first, node = lvl.count[obj], lvl.first[obj], lvl.node_start[obj]
     # ranges: the header and key JEntries, then the key bytes, of every object
     bounds = np.empty((len(obj), 4), np.int64)
     bounds[:, 0], bounds[:, 1] = node, node + 4 + 4 * count
     bounds[:, 2], bounds[:, 3] = lvl.start[first], lvl.stop[first + count - 1]
-    pairs = _ranges_binary(data, bounds[:, 0::2].ravel(), bounds[:, 1::2].ravel())
+    pairs = ranges_binary(data, bounds[:, 0::2].ravel(), bounds[:, 1::2].ravel())
     offsets = np.frombuffer(pairs.buffers()[1], np.int64, 2 * len(obj) + 1, pairs.offset * 8)
     signature = pa.Array.from_buffers(pa.large_binary(), len(obj),
                                       [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])),
@@ -334,7 +345,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     leads, tokens = [], []  # per level, per value: the token before it and its own token
     for lvl in levels:
         lead = np.where(lvl.vslot == 0, np.int32(_OPEN_A), np.int32(_COMMA))
-        in_obj = np.repeat(lvl.kind == _OBJECT, lvl.per_node)
+        in_obj = np.repeat(lvl.kind == OBJECT, lvl.per_node)
         if in_obj.any():
             heads, head = _object_heads(data, lvl, lvl.vslot[in_obj], slow)
             lead[in_obj] = n_pieces + head
@@ -342,9 +353,9 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
             n_pieces += len(heads)
         vtyp = lvl.vtyp
         own = _CONST_TOKEN[vtyp]  # (types are 3 bits)
-        leafy = np.flatnonzero((vtyp == _STRING) | (vtyp == _NUMBER))
+        leafy = np.flatnonzero((vtyp == STRING) | (vtyp == NUMBER))
         entry = lvl.ventry[leafy]
-        parts, piece = _leaf_texts(data, vtyp[leafy], lvl.start[entry], lvl.stop[entry],
+        parts, piece = leaf_texts(data, vtyp[leafy], lvl.start[entry], lvl.stop[entry],
                                    lvl.vvalue[leafy], slow)
         own[leafy] = n_pieces + piece
         pieces.extend(parts)
@@ -358,9 +369,9 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     below = np.zeros(0, np.int64)
     for depth in range(len(levels) - 1, -1, -1):
         lvl = levels[depth]
-        cont = lvl.vtyp == _CONTAINER
+        cont = lvl.vtyp == CONTAINER
         if lvl.has_scalar:
-            has_lead = np.repeat(lvl.kind != _SCALAR, lvl.per_node).astype(np.int64)
+            has_lead = np.repeat(lvl.kind != SCALAR, lvl.per_node).astype(np.int64)
             width = has_lead + 1
             width[cont] = has_lead[cont] + below
         else:  # (every value has a lead token)
@@ -370,7 +381,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
         vfirst = lvl.vfirst
         widths[depth] = ends
         sizes[depth] = below = (ends[vfirst + lvl.per_node] - ends[vfirst]
-                                + (lvl.kind != _SCALAR))
+                                + (lvl.kind != SCALAR))
 
     # positions, from the top
     bounds = np.concatenate(([0], np.cumsum(sizes[0])))
@@ -379,7 +390,7 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
     for depth, lvl in enumerate(levels):
         ends = widths[depth]  # tokens before each value in its level
         slot_pos = np.repeat(node_start - ends[lvl.vfirst], lvl.per_node) + ends[:-1]
-        scalar = lvl.kind == _SCALAR
+        scalar = lvl.kind == SCALAR
         if lvl.has_scalar:
             has_lead = np.repeat(~scalar, lvl.per_node)
             tok[slot_pos[has_lead]] = leads[depth][has_lead]
@@ -387,11 +398,11 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
         else:
             tok[slot_pos] = leads[depth]
             value_pos = slot_pos + 1
-        cont = lvl.vtyp == _CONTAINER
+        cont = lvl.vtyp == CONTAINER
         tok[value_pos[~cont]] = tokens[depth][~cont]
         closing = node_start + sizes[depth] - 1  # (an empty node: its one token)
         empty = lvl.per_node == 0
-        close = np.where(lvl.kind == _OBJECT, np.where(empty, _EMPTY_O, _CLOSE_O),
+        close = np.where(lvl.kind == OBJECT, np.where(empty, _EMPTY_O, _CLOSE_O),
                          np.where(empty, _EMPTY_A, _CLOSE_A))
         tok[closing[~scalar]] = close[~scalar]
         node_start = value_pos[cont]  # the next level's nodes, in order
@@ -405,76 +416,24 @@ def _assemble(data: np.ndarray, levels: list[_Level], slow: np.ndarray) -> pa.Ar
                                   text.buffers()[2] or pa.py_buffer(b"")])
 
 
-def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+def bulk_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, depth: int = 0,
               ) -> tuple[pa.Array, np.ndarray]:
     """JSON text of the JSONB values ``data[starts[i]:ends[i]]``, and which of them this path
-    could not print (their texts are then empty; print those one by one)."""
+    could not print (their texts are then empty; print those one by one). ``depth``: how
+    deep in their top-level values these are (0: they are the top-level values)."""
     n = len(starts)
     slow = np.zeros(n, dtype=bool)
     levels: list[_Level] = []
     s, e, v = starts.astype(np.int64), ends.astype(np.int64), np.arange(n)
     while len(s):
-        if len(levels) > MAX_DEPTH:
+        if len(levels) + depth > MAX_DEPTH:
             slow[v] = True
             break
-        lvl = _read_level(data, s, e, v, slow, not levels)
+        lvl = _read_level(data, s, e, v, slow, not levels and not depth)
         levels.append(lvl)
-        cont = np.flatnonzero(lvl.vtyp == _CONTAINER)
+        cont = np.flatnonzero(lvl.vtyp == CONTAINER)
         entry = lvl.ventry[cont]
         s, e, v = lvl.start[entry], lvl.stop[entry], lvl.vvalue[cont]
     if not levels:
         return pa.array([""] * n, pa.large_string()), slow
     return _assemble(data, levels, slow), slow
-
-
-def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """JSON text (``arrow.json`` over utf8) of a binary array of JSONB values (nulls kept)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
-    if len(storage) >= BULK_MIN_VALUES:
-        pieces = -(-storage.nbytes // PIECE_BYTES)
-        if pieces > 1:  # (the kernel's token indices are 32-bit)
-            step = -(-len(storage) // pieces)
-            texts = [_bulk_to_text(storage.slice(i, step))
-                     for i in range(0, len(storage), step)]
-            return pa.chunked_array(texts).combine_chunks()
-        return _bulk_to_text(storage)
-    values = storage.to_pylist()
-    texts = [None if v is None else to_text(v) for v in values]
-    return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()), pa.array(texts, pa.utf8()))
-
-
-#: Columns of at least this many values are converted by the column kernel
-#: (:mod:`alance.format.jsonb_bulk`); fewer, value by value.
-BULK_MIN_VALUES = 64
-#: The column kernel converts at most about this many bytes of values at once.
-PIECE_BYTES = 256 << 20
-
-
-def _bulk_to_text(storage: pa.Array) -> pa.Array:
-    storage = _as(storage, pa.large_binary())
-    n = len(storage)
-    offsets = np.frombuffer(storage.buffers()[1], np.int64, n + 1, storage.offset * 8)
-    data = (np.frombuffer(storage.buffers()[2], np.uint8) if storage.buffers()[2] is not None
-            else np.zeros(0, np.uint8))
-    if (offsets[1:] - offsets[:-1]).max(initial=0) > MAX_VALUE_BYTES:
-        values = storage.to_pylist()
-        texts_list = [None if v is None else to_text(v) for v in values]
-        return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()),
-                                              pa.array(texts_list, pa.utf8()))
-    valid = np.asarray(storage.is_valid())
-    rows = np.flatnonzero(valid)
-    texts, slow = bulk_text(data, offsets[:-1][rows], offsets[1:][rows])
-    out = _as(texts, pa.large_string())
-    if slow.any():  # printed one by one (and damaged values raise here)
-        again = rows[slow]
-        fixed = pa.array([to_text(storage[int(i)].as_py()) for i in again], pa.large_string())
-        index = np.arange(len(rows))
-        index[np.flatnonzero(slow)] = len(rows) + np.arange(len(again))
-        out = pa.concat_arrays([out, fixed]).take(pa.array(index))
-    if len(rows) != n:  # nulls back in place
-        index = np.full(n, -1, dtype=np.int64)
-        index[rows] = np.arange(len(rows))
-        out = out.take(pa.array(index, mask=~valid))
-    return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()), out.cast(pa.utf8()))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from alance.errors import CorruptFileError
 from alance.format import jsonb
-from alance.format.jsonb_bulk import BULK_MIN_VALUES, array_to_text
+from alance.format.jsonb_text import BULK_MIN_VALUES, array_to_text
 
 _scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
             | st.floats(allow_nan=False, allow_infinity=False)
@@ -67,8 +67,8 @@ def test_damaged_values_raise_the_per_value_error() -> None:
 
 
 def test_columns_beyond_the_piece_size_convert_in_pieces(monkeypatch) -> None:
-    from alance.format import jsonb_bulk
-    monkeypatch.setattr(jsonb_bulk, "PIECE_BYTES", 1000)
+    from alance.format import jsonb_text
+    monkeypatch.setattr(jsonb_text, "PIECE_BYTES", 1000)
     docs = [{"i": i, "s": "x" * (i % 7)} if i % 5 else None for i in range(500)]
     column = _column(docs)
     got = array_to_text(column).storage.to_pylist()

@@ -6,7 +6,7 @@ they reach the file writer. Reading: scans and takes of a dataset return ``json`
 ``arrow.json`` text (:func:`text_view` gives the fields users see; the fragment reader reads
 the stored field and converts with :func:`to_text_column`).
 
-Columns are converted whole by the column kernel (:mod:`alance.format.jsonb_bulk`; small
+Columns are converted whole by the column kernel (:mod:`alance.format.jsonb_text`; small
 ones value by value, :mod:`alance.format.jsonb`); columns of more than :data:`OFFLOAD_BYTES`
 are converted on the decoding threads, in pieces side by side, so the event loop stays free.
 """
@@ -20,7 +20,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from alance.format import jsonb
-from alance.format.jsonb_bulk import array_to_text
+from alance.format.jsonb_text import array_to_text
 from alance.format.schema import EXT_META_KEY, EXT_NAME_KEY, LanceField, LanceSchema
 from alance.io.plans import DECODE_WORKERS, decode_pool, offloading
 
