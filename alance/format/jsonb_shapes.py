@@ -1,22 +1,24 @@
-"""JSONB to JSON text for values that share shapes: one row of columns per shape.
+"""JSONB to JSON text by columns: objects grouped by shape, arrays as lists.
 
-The values of a JSON column mostly repeat a few *shapes*: the same keys, in the same order,
-holding items of the same types, and arrays of the same lengths. Values of one shape print
-as the same fixed pieces (``{"id":``, ``,"name":"``, ``"}``...) around one item text each,
-so a shape's texts come from one Arrow ``binary_join_element_wise`` over those columns,
-with no per-token layout.
+The objects of a JSON column mostly repeat a few *shapes*: the same keys in the same order,
+holding values of the same types. Objects of one shape print as the same fixed pieces
+(``{"id":``, ``,"name":"``, ``"}``...) around one value text each, so their texts come from
+one Arrow ``binary_join_element_wise`` over value columns, with no per-token layout. The
+objects at one position are read as a matrix: objects with one header have their JEntries at
+the same offsets (one gather of ``(objects, entries)`` words) and value offsets are running
+sums down the entries. They are grouped by header, then by value types and key JEntries,
+then by key bytes (Arrow's hash-based ``dictionary_encode`` over the bytes that fix them);
+a sample first tells whether most objects of a header share shapes at all.
 
-The containers at one position of a shape are read as a matrix: every row has the same
-header, so its JEntries lie at the same offsets (one gather of ``(rows, entries)`` words) and
-item offsets are one running sum along the rows. Rows are grouped by their header, then by
-their JEntry types and object keys (Arrow's hash-based ``dictionary_encode`` over the bytes
-that fix them). Container items are printed the same way, one level down, column by column.
+Arrays need no shapes: the items of all arrays at one position are printed as one column (by
+type; container items one level down, the same way) and each array's items are joined by
+Arrow's ``binary_join`` over a list array.
 
-What this path leaves to the generic column kernel (:func:`alance.format.jsonb_bulk.
-bulk_text`): top-level scalars, containers whose shape fewer than :data:`MIN_SHAPE_ROWS`
-rows share, and damaged containers (which that kernel sends on to the per-value printer).
-Strings needing an escape and numbers beyond the kernels are marked for the per-value
-printer, as the generic kernel marks them.
+Left to the generic column kernel (:func:`alance.format.jsonb_bulk.bulk_text`), all together:
+top-level scalars, objects of shapes that fewer than :data:`MIN_SHAPE_ROWS` objects share or
+of more than :data:`MAX_SHAPE_ITEMS` keys, and damaged objects (which that kernel hands on to
+the per-value printer). Damaged arrays, strings needing an escape and numbers beyond these
+kernels are marked for the per-value printer, as the generic kernel marks them.
 """
 
 from __future__ import annotations
@@ -42,20 +44,42 @@ from alance.format.jsonb_bulk import (
     ranges_binary,
     u32_be,
 )
-from alance.format.v2.kernels import fixed_at
+from alance.format.v2.kernels import fixed_at, gather_ranges
 
 __all__ = ["MAX_SHAPE_ITEMS", "MIN_SHAPE_ROWS", "shaped_text"]
 
-#: A shape needs at least this many rows at one position to be printed by its columns (each
-#: column costs a few fixed Arrow and numpy calls); rows of rarer shapes go, together,
-#: through the generic column kernel.
-MIN_SHAPE_ROWS = 128
-#: Containers of more items or keys than this go through the generic kernel (one column per
-#: item would cost more than it saves).
+#: A shape needs at least this many objects at one position to be printed by its columns
+#: (each column costs a few fixed Arrow and numpy calls); objects of rarer shapes go,
+#: together, through the generic column kernel.
+MIN_SHAPE_ROWS = 1024
+#: Objects of more keys than this go through the generic kernel (one column per key would
+#: cost more than it saves).
 MAX_SHAPE_ITEMS = 32
+
+#: Containers sampled to judge whether a header's containers mostly share shapes.
+SHAPE_SAMPLE = 256
+
+#: The kind of a number item by ``tag * 16 + min(length, 15)`` (0: not one these kernels
+#: print), and how far an integer's last 8 bytes shift to keep its own (by length).
+_ZERO, _POSITIVE, _NEGATIVE, _DOUBLE = 1, 2, 3, 4
+_NUMBER_KIND = np.zeros(256 * 16, np.uint8)
+_NUMBER_KIND[0x00 * 16 + 1] = _ZERO
+_NUMBER_KIND[0x60 * 16 + 9] = _DOUBLE
+_CUT = np.zeros(16, np.uint64)
+for _width in (2, 3, 5, 9):
+    _NUMBER_KIND[0x50 * 16 + _width] = _POSITIVE
+    _NUMBER_KIND[0x40 * 16 + _width] = _NEGATIVE
+    _CUT[_width] = (72 - 8 * _width) % 64
+
+#: Arrays of at most this many items have their entries read as fixed windows.
+SHORT_ARRAY = 8
 
 _CONST = {NULL: "null", FALSE: "false", TRUE: "true"}
 _LSTR = pa.large_string()
+_QUOTE, _COMMA, _OPEN, _CLOSE, _NOTHING = (pa.scalar(x, _LSTR) for x in ('"', ",", "[", "]", ""))
+_QUOTED_COMMA, _OPEN_QUOTE, _CLOSE_QUOTE, _EMPTY_ARRAY = (
+    pa.scalar(x, _LSTR) for x in ('","', '["', '"]', "[]"))
+_NONE = np.zeros(0, np.int64)
 
 
 def shaped_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -95,25 +119,30 @@ def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
         if len(bad):
             out.append(pa.array([""] * len(bad), _LSTR))
             rows_of.append(bad)
-    codes, n_heads = _group(head[plain].view(np.uint8).reshape(-1, 4))
-    plain_rows = np.flatnonzero(plain)
-    rare: list[np.ndarray] = [rest]
-    for rows in _members(codes, n_heads):
-        rows = plain_rows[rows]
-        k = int(kind[rows[0]])
+    arrays = np.flatnonzero(plain & (kind == ARRAY))
+    if len(arrays):
+        out.append(_array_texts(data, s[arrays], count[arrays], e[arrays], value[arrays], slow,
+                                depth))
+        rows_of.append(arrays)
+    objects = np.flatnonzero(plain & (kind == OBJECT))
+    codes, n_heads = _group(head[objects].view(np.uint8).reshape(-1, 4))
+    groups, few = _members(codes, n_heads)
+    rare: list[np.ndarray] = [rest, objects[few]]
+    for rows in groups:
+        rows = objects[rows]
         c = int(count[rows[0]])
-        if len(rows) < MIN_SHAPE_ROWS or c > MAX_SHAPE_ITEMS:
+        if c > MAX_SHAPE_ITEMS:
             rare.append(rows)
             continue
         if c == 0:
-            out.append(_repeat("{}" if k == OBJECT else "[]", len(rows)))
+            out.append(_repeat("{}", len(rows)))
             rows_of.append(rows)
             continue
-        for sub, text in _shapes(data, s[rows], e[rows], value[rows], slow, depth,
-                                 k == OBJECT, c, rare, rows):
+        for sub, text in _shapes(data, s[rows], e[rows], value[rows], slow, depth, c, rare,
+                                 rows):
             out.append(text)
             rows_of.append(sub)
-    odd = np.concatenate(rare)
+    odd = np.sort(np.concatenate(rare))  # (in data order: the generic kernel slices spans)
     if len(odd):
         text, odd_slow = bulk_text(data, s[odd], e[odd], depth)
         slow[value[odd[odd_slow]]] = True
@@ -122,97 +151,199 @@ def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
     return _in_order(out, rows_of, n)
 
 
-def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
-            slow: np.ndarray, depth: int, is_obj: bool, count: int,
-            rare: list[np.ndarray], rows: np.ndarray) -> list[tuple[np.ndarray, pa.Array]]:
-    """The texts of containers of one header (``count`` items or keys), by shape: pairs of
-    rows (indices into ``rows``' owner) and their texts. Rows of rare shapes go to
-    ``rare``."""
-    m = 2 * count if is_obj else count
+def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarray,
+                 value: np.ndarray, slow: np.ndarray, depth: int) -> pa.Array:
+    """The texts of the arrays at ``s`` (``count`` items each; their tables checked to lie
+    before ``e``): every item of every array printed as one column (by type, containers a
+    level down), then each array's items joined (Arrow's ``binary_join`` over a list
+    array)."""
     n = len(s)
+    total = int(count.sum())
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(count, out=offsets[1:])
+    if total == 0:
+        return _repeat("[]", n)
+    most = int(count.max())
+    if most <= SHORT_ARRAY and int(s.max()) + 4 + 4 * most <= len(data):
+        # (short arrays: a fixed window of entries from each, the real ones kept)
+        window = fixed_at(data, s + 4, 4 * most).view(">u4").reshape(n, most)
+        table = window[np.arange(most) < count[:, None]].astype(np.uint32)
+    else:
+        table = gather_ranges(data, s + 4, 4 * count).view(">u4").astype(np.uint32)
+    typ = (table >> np.uint32(28)).astype(np.uint8)  # (8 and up: an end-offset JEntry)
+    row = np.repeat(np.arange(n), count)
+    stop = np.cumsum(table & np.uint32(0x0FFFFFFF), dtype=np.int64)
+    # (each array's items start after its table)
+    stop += np.repeat(s + 4 + 4 * count - np.concatenate(([0], stop))[offsets[:-1]], count)
+    start = stop - (table & np.uint32(0x0FFFFFFF))
+    bad = np.zeros(n, dtype=bool)
+    bad[row[typ > CONTAINER]] = True
+    bad[row[stop > e[row]]] = True
+    if bad.any():  # (damaged arrays: the per-value printer raises; nothing of theirs is read)
+        slow[value[bad]] = True
+        typ[bad[row]] = NULL
+    item_value = value[row]
+    texts: list[pa.Array] = []
+    items: list[np.ndarray] = []
+    kinds = np.unique(typ).tolist()
+    for t in kinds:
+        at = np.arange(total) if len(kinds) == 1 else np.flatnonzero(typ == t)
+        if t in _CONST:
+            texts.append(_repeat(_CONST[t], len(at)))
+        elif t == NUMBER:
+            texts.append(_number_texts(data, start[at], stop[at], item_value[at], slow))
+        elif t == STRING:
+            raw = ranges_binary(data, start[at], stop[at])
+            slow[item_value[at[needs_escape(raw)]]] = True
+            try:
+                text = raw.cast(_LSTR)
+            except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
+                slow[item_value[at]] = True
+                text = _repeat("", len(at))
+            if len(kinds) == 1:  # (arrays of strings only: quotes come with the commas)
+                joined = pc.binary_join(
+                    pa.LargeListArray.from_arrays(pa.array(offsets), text), _QUOTED_COMMA)
+                quoted = pc.binary_join_element_wise(_OPEN_QUOTE, joined, _CLOSE_QUOTE,
+                                                     _NOTHING)
+                return pc.if_else(pa.array(count == 0), _EMPTY_ARRAY, quoted)
+            texts.append(pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING))
+        else:
+            texts.append(_texts(data, start[at], stop[at], item_value[at], slow, depth + 1))
+        items.append(at)
+    item_text = _in_order(texts, items, total)
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), item_text),
+                            _COMMA)
+    return pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NOTHING)
+
+
+def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
+            slow: np.ndarray, depth: int, count: int,
+            rare: list[np.ndarray], rows: np.ndarray) -> list[tuple[np.ndarray, pa.Array]]:
+    """The texts of objects of ``count`` keys, by shape: pairs of rows (of ``rows``, indices
+    into the caller's) and their texts. Rows of rare shapes go to ``rare``."""
+    m = 2 * count
+    result: list[tuple[np.ndarray, pa.Array]] = []
+    if not _mostly_shared(data, s, count):
+        rare.append(rows)
+        return result
     # (entries by column: item j of every container is one contiguous row)
     table = _u32_be_columns(data, s + 4, m)
-    typ = (table >> np.uint32(28)).astype(np.uint8) & np.uint8(7)
-    length = (table & np.uint32(0x0FFFFFFF)).astype(np.int64)
-    damaged = (table >= np.uint32(0x80000000)).any(axis=0) | (typ > CONTAINER).any(axis=0)
-    # what fixes the printing: item types, and (objects) the key JEntries and key bytes
-    sig = np.empty((n, 5 * count if is_obj else count), np.uint8)
-    if is_obj:
-        damaged |= (typ[:count] != STRING).any(axis=0)
-        sig[:, :count] = typ[count:].T
-        sig[:, count:] = table[:count].T.astype("<u4", order="C").view(np.uint8)
-    else:
-        sig[:] = typ.T
-    stop = np.cumsum(length, axis=0)
-    stop += s + 4 + 4 * m
-    damaged |= stop[-1] > e
-    result: list[tuple[np.ndarray, pa.Array]] = []
+    typ = (table >> np.uint32(28)).astype(np.uint8)  # (8 and up: an end-offset JEntry)
+    damaged = (typ > CONTAINER).any(axis=0)
+    damaged |= (typ[:count] != STRING).any(axis=0)  # (keys are strings)
+    sig = _signature(table, typ, count)
+    # item j runs from bounds[j] to bounds[j + 1]: the table's end, then running sums of
+    # the lengths (row by row: numpy's running sum down columns is slower)
+    bounds = np.empty((m + 1, len(s)), np.int64)
+    bounds[0] = s + 4 + 4 * m
+    np.bitwise_and(table, np.uint32(0x0FFFFFFF), out=bounds[1:])
+    for j in range(1, m + 1):
+        bounds[j] += bounds[j - 1]
+    damaged |= bounds[m] > e
     if damaged.any():  # (the generic kernel sends these to the per-value printer)
         rare.append(rows[damaged])
         keep = np.flatnonzero(~damaged)
         if not len(keep):
             return result
-        value, typ, length, stop, rows, sig = (value[keep], typ[:, keep], length[:, keep],
-                                               stop[:, keep], rows[keep], sig[keep])
-    start = stop - length
-    codes, n_groups = _group(sig)
-    for members in _members(codes, n_groups):
-        if is_obj:
-            first = members[0]
-            width = int(stop[count - 1, first] - start[0, first])
-            key_bytes = (fixed_at(data, start[0, members], width).reshape(len(members), width)
-                         if width else np.zeros((len(members), 0), np.uint8))
-            groups = [members[g] for g in _members(*_group(key_bytes))]
-        else:
-            groups = [members]
-        for grp in groups:
-            if len(grp) < MIN_SHAPE_ROWS:
-                rare.append(rows[grp])
-                continue
-            result.append((rows[grp], _shape_text(data, start[:, grp], stop[:, grp],
-                                                  typ[:, grp[0]], value[grp], slow, depth,
-                                                  is_obj, count)))
+        value, typ, bounds, rows, sig = (value[keep], typ[:, keep], bounds[:, keep],
+                                         rows[keep], sig[keep])
+    shapes, few = _members(*_group(sig))
+    rare.append(rows[few])
+    for members in shapes:
+        # (one key JEntry table: keys of the same lengths; their bytes are compared here)
+        first = members[0]
+        width = int(bounds[count, first] - bounds[0, first])
+        key_bytes = (fixed_at(data, bounds[0, members], width).reshape(len(members), width)
+                     if width else np.zeros((len(members), 0), np.uint8))
+        same_keys, few = _members(*_group(key_bytes))
+        rare.append(rows[members[few]])
+        for grp in (members[g] for g in same_keys):
+            own = bounds if len(grp) == len(rows) else bounds[:, grp]  # (one shape: as is)
+            result.append((rows[grp], _shape_text(data, own, typ[:, grp[0]], value[grp], slow,
+                                                  depth, count)))
     return result
 
 
-def _shape_text(data: np.ndarray, start: np.ndarray, stop: np.ndarray, typ: np.ndarray,
-                value: np.ndarray, slow: np.ndarray, depth: int, is_obj: bool,
-                count: int) -> pa.Array:
-    """The texts of containers of one shape: items ``[start, stop)`` (a matrix, one row per
-    item, one column per container), item types ``typ``."""
-    n = start.shape[1]
-    keys: list[str] = []
-    if is_obj:
-        raw = ranges_binary(data, start[:count, 0], stop[:count, 0])
-        if needs_escape(raw).any():
-            slow[value] = True
-            return _repeat("", n)
+def _signature(table: np.ndarray, typ: np.ndarray, count: int) -> np.ndarray:
+    """What fixes how each object prints, as a byte row: its value types and its key
+    JEntries (the key bytes are compared apart)."""
+    sig = np.empty((table.shape[1], 5 * count), np.uint8)
+    sig[:, :count] = typ[count:].T
+    sig[:, count:] = table[:count].T.astype("<u4", order="C").view(np.uint8)
+    return sig
+
+
+def _mostly_shared(data: np.ndarray, s: np.ndarray, count: int) -> bool:
+    """Whether, judging by a sample, at least half of the objects at ``s`` (``count`` keys
+    each) have shapes common enough to print by columns (else reading their shapes costs
+    more than it saves)."""
+    n = len(s)
+    if n < 4 * SHAPE_SAMPLE:
+        return True
+    pick = s[:: n // SHAPE_SAMPLE]
+    table = _u32_be_columns(data, pick + 4, 2 * count)
+    typ = (table >> np.uint32(28)).astype(np.uint8)
+    codes, groups = _group(_signature(table, typ, count))
+    sizes = np.bincount(codes, minlength=groups)
+    common = sizes * (n / len(pick)) >= MIN_SHAPE_ROWS
+    return 2 * int(sizes[common].sum()) >= len(pick)
+
+
+def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np.ndarray,
+                slow: np.ndarray, depth: int, count: int) -> pa.Array:
+    """The texts of objects of one shape (``count`` keys, then ``count`` values): entry j of
+    each from ``bounds[j]`` to ``bounds[j + 1]`` (one column per object), of type
+    ``typ[j]``."""
+    n = bounds.shape[1]
+    start, stop = bounds[:-1], bounds[1:]
+    raw = ranges_binary(data, start[:count, 0], stop[:count, 0])  # (the keys)
+    if needs_escape(raw).any():
+        slow[value] = True
+        return _repeat("", n)
+    try:
+        keys = raw.cast(_LSTR).to_pylist()
+    except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
+        slow[value] = True
+        return _repeat("", n)
+    cols = range(count, 2 * count)
+    # the numbers of all columns printed together (column after column), and the strings
+    # (container after container, in data order)
+    # (in two batches, by the first container's tags: columns of integers, of doubles)
+    number_text: dict[int, pa.Array] = {}
+    numbers = [j for j in cols if typ[j] == NUMBER]
+    for batch in ([j for j in numbers if data[start[j, 0]] == 0x60],
+                  [j for j in numbers if data[start[j, 0]] != 0x60]):
+        if batch:
+            at = np.array(batch)
+            text = _number_texts(data, start[at].ravel(), stop[at].ravel(),
+                                 np.tile(value, len(batch)), slow)
+            number_text.update((j, text.slice(k * n, n)) for k, j in enumerate(batch))
+    strings = [j for j in cols if typ[j] == STRING]
+    if strings:
+        at = np.array(strings)
+        raw = ranges_binary(data, start[at].T.ravel(), stop[at].T.ravel())
+        slow[np.repeat(value, len(strings))[needs_escape(raw)]] = True
         try:
-            keys = raw.cast(_LSTR).to_pylist()
+            string_text = raw.cast(_LSTR)
         except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
             slow[value] = True
             return _repeat("", n)
-    first = count if is_obj else 0
-    cols = range(first, first + count)
-    pieces: list[str | pa.Array] = ["{" if is_obj else "["]
+    pieces: list[str | pa.Array] = ["{"]
     for i, j in enumerate(cols):
-        lead = ("," if i else "") + (f'"{keys[i]}":' if is_obj else "")
+        lead = ("," if i else "") + f'"{keys[i]}":'
         t = int(typ[j])
         if t in _CONST:
             pieces.append(lead + _CONST[t])
         elif t == NUMBER:
-            pieces += [lead, _number_texts(data, start[j], stop[j], value, slow)]
+            pieces += [lead, number_text[j]]
         elif t == STRING:
-            raw = ranges_binary(data, start[j], stop[j])
-            slow[value[needs_escape(raw)]] = True
-            try:
-                pieces += [lead + '"', raw.cast(_LSTR), '"']
-            except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
-                slow[value] = True
-                return _repeat("", n)
+            k = strings.index(j)
+            column = (string_text if len(strings) == 1 else string_text.take(
+                pa.array(np.arange(k, n * len(strings), len(strings)))))
+            pieces += [lead + '"', column, '"']
         else:
             pieces += [lead, _texts(data, start[j], stop[j], value, slow, depth + 1)]
-    pieces.append("}" if is_obj else "]")
+    pieces.append("}")
     return _join(pieces, n)
 
 
@@ -221,43 +352,59 @@ def _number_texts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: 
     """The texts of the numbers ``data[start:stop]``: integers read as one column (each one's
     last 8 bytes, cut to its width), doubles as another."""
     width = stop - start
-    tag = data[np.minimum(start, len(data) - 1)]
-    is_int = ((tag == 0x40) | (tag == 0x50)) & (
-        (width == 2) | (width == 3) | (width == 5) | (width == 9)) & (stop >= 8)
-    is_float = (tag == 0x60) & (width == 9)
-    zero = (tag == 0x00) & (width == 1)
-    if not (is_int | is_float | zero).all():  # (the generic printer marks the others)
-        parts, piece = leaf_texts(data, np.full(len(start), NUMBER, np.uint8), start,
-                                   stop, value, slow)
-        return pa.concat_arrays([p.cast(_LSTR) for p in parts]).take(pa.array(piece))
-    vals = np.zeros(len(start), np.int64)
-    if is_int.any():
-        # (the value's bytes end the 8-byte word that ends with the item, big endian)
-        words = fixed_at(data, np.where(is_int, stop - 8, 0), 8).view(">u8").astype(np.uint64)
-        cut = (np.uint64(72) - (width.astype(np.uint64) << np.uint64(3))) % np.uint64(64)
-        words <<= cut
-        unsigned = words >> cut
-        signed = words.view(np.int64) >> cut.astype(np.int64)
-        vals = np.where(tag == 0x50, unsigned.view(np.int64), signed)
-        big = is_int & (tag == 0x50) & (unsigned > np.uint64(2**63 - 1))
-        if big.any():  # beyond int64: the per-value printer
-            slow[value[big]] = True
-    if not is_float.any():
-        return pa.array(np.where(is_int, vals, 0)).cast(_LSTR)
-    xs = fixed_at(data, np.where(is_float, start + 1, 0), 8).view(">f8").astype(np.float64)
-    finite = np.isfinite(xs)
-    slow[value[is_float & ~finite]] = True
-    xs[~finite] = 0.0
+    if not len(start) or int(width.min()) < 1 or int(stop.min()) < 8:
+        return _generic_numbers(data, start, stop, value, slow)
+    short = np.minimum(width, 15)
+    kind = _NUMBER_KIND[data[start].astype(np.intp) * 16 + short]
+    if not kind.all():  # (the generic printer marks what it cannot print)
+        return _generic_numbers(data, start, stop, value, slow)
+    is_float = kind == _DOUBLE
     if is_float.all():
-        return double_texts(xs)
+        return _double_column(data, start, value, slow)
+    # (an integer's bytes end the 8-byte word that ends with its item, big endian)
+    words = fixed_at(data, stop - 8, 8).view(">u8").astype(np.uint64)
+    cut = _CUT[short]
+    words <<= cut
+    negative = kind == _NEGATIVE
+    if negative.any():
+        vals = np.where(negative, words.view(np.int64) >> cut.view(np.int64),
+                        (words >> cut).view(np.int64))
+    else:
+        words >>= cut
+        vals = words.view(np.int64)
+    big = (vals < 0) & (kind == _POSITIVE)
+    if big.any():  # beyond int64: the per-value printer
+        slow[value[big]] = True
+    vals[kind == _ZERO] = 0
+    if not is_float.any():
+        return pa.array(vals).cast(_LSTR)
     floats = np.flatnonzero(is_float)
     other = np.flatnonzero(~is_float)
     where = np.empty(len(start), np.int64)
     where[floats] = np.arange(len(floats))
     where[other] = len(floats) + np.arange(len(other))
-    return pa.concat_arrays([double_texts(xs[floats]),
-                             pa.array(np.where(is_int, vals, 0)[other]).cast(_LSTR)]
-                            ).take(pa.array(where))
+    return pa.concat_arrays([_double_column(data, start[floats], value[floats], slow),
+                             pa.array(vals[other]).cast(_LSTR)]).take(pa.array(where))
+
+
+def _double_column(data: np.ndarray, start: np.ndarray, value: np.ndarray,
+                   slow: np.ndarray) -> pa.Array:
+    """The texts of the doubles whose items start at ``start`` (tag byte, then 8 bytes)."""
+    xs = fixed_at(data, start + 1, 8).view(">f8").astype(np.float64)
+    finite = np.isfinite(xs)
+    if not finite.all():  # (infinities and NaNs: the per-value printer raises)
+        slow[value[~finite]] = True
+        xs[~finite] = 0.0
+    return double_texts(xs)
+
+
+def _generic_numbers(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
+                     slow: np.ndarray) -> pa.Array:
+    """:func:`_number_texts` by the generic kernel's printer (which marks what it cannot
+    print)."""
+    parts, piece = leaf_texts(data, np.full(len(start), NUMBER, np.uint8), start, stop,
+                              value, slow)
+    return pa.concat_arrays([p.cast(_LSTR) for p in parts]).take(pa.array(piece))
 
 
 def _join(pieces: list[str | pa.Array], n: int) -> pa.Array:
@@ -303,13 +450,23 @@ def _group(rows: np.ndarray) -> tuple[np.ndarray, int]:
     return np.asarray(encoded.indices, dtype=np.int64), len(encoded.dictionary)
 
 
-def _members(codes: np.ndarray, groups: int) -> list[np.ndarray]:
-    """The rows of each group number, in row order."""
+def _members(codes: np.ndarray, groups: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rows of each group number of at least :data:`MIN_SHAPE_ROWS` rows (in row
+    order), and the rows of all smaller groups together."""
     if groups == 1:
-        return [np.arange(len(codes))]
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(groups + 1))
-    return [order[bounds[g]: bounds[g + 1]] for g in range(groups)]
+        return ([np.arange(len(codes))] if len(codes) >= MIN_SHAPE_ROWS else [],
+                np.arange(len(codes)) if len(codes) < MIN_SHAPE_ROWS else _NONE)
+    sizes = np.bincount(codes, minlength=groups)
+    common = sizes[codes] >= MIN_SHAPE_ROWS
+    rare = np.flatnonzero(~common)
+    big = np.flatnonzero(sizes >= MIN_SHAPE_ROWS)
+    if not len(big):
+        return [], rare
+    rows = np.flatnonzero(common)
+    order = rows[np.argsort(codes[rows], kind="stable")]
+    bounds = np.concatenate(([0], np.cumsum(sizes[big])))
+    return [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(),
+                                       strict=True)], rare
 
 
 def _in_order(texts: list[pa.Array], rows_of: list[np.ndarray], n: int) -> pa.Array:

@@ -86,13 +86,32 @@ def test_one_shape_is_printed_without_the_generic_kernel(monkeypatch) -> None:
 def test_rare_and_wide_shapes_go_through_the_generic_kernel() -> None:
     rng = random.Random(6)
     common = {"a": 1, "b": [1.5, "x"]}
-    wide = {"items": list(range(jsonb_shapes.MAX_SHAPE_ITEMS + 1))}
+    wide = {f"k{i}": i for i in range(jsonb_shapes.MAX_SHAPE_ITEMS + 1)}
     docs: list[Any] = [_vary(common, rng) for _ in range(jsonb_shapes.MIN_SHAPE_ROWS)]
     docs += [_vary(wide, rng) for _ in range(jsonb_shapes.MIN_SHAPE_ROWS)]
     docs += [{"rare": i} for i in range(5)] + [3, "top-level string", None, 2.5, [], {}]
     rng.shuffle(docs)
     column = _column(docs)
     assert array_to_text(column).storage.to_pylist() == _per_value(column)
+
+
+@pytest.fixture
+def by_columns(monkeypatch) -> dict[str, int]:
+    """Shapes of a few objects printed by columns; how often each column path ran."""
+    monkeypatch.setattr(jsonb_shapes, "MIN_SHAPE_ROWS", 8)
+    calls = {"objects": 0, "arrays": 0}
+
+    def counting(name: str, key: str) -> Any:
+        inner = getattr(jsonb_shapes, name)
+
+        def counted(*args: Any) -> Any:
+            calls[key] += 1
+            return inner(*args)
+        return counted
+
+    monkeypatch.setattr(jsonb_shapes, "_shape_text", counting("_shape_text", "objects"))
+    monkeypatch.setattr(jsonb_shapes, "_array_texts", counting("_array_texts", "arrays"))
+    return calls
 
 
 def _outcome(fn: Any) -> Any:
@@ -103,7 +122,8 @@ def _outcome(fn: Any) -> Any:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "nested header", "item length", "key type"])
-def test_damaged_values_among_shapes_fail_as_the_value_printer_fails(damage: str) -> None:
+def test_damaged_values_among_shapes_fail_as_the_value_printer_fails(
+        damage: str, by_columns: dict[str, int]) -> None:
     docs = [{"k": i, "v": {"s": "abc", "t": [1, 2]}} for i in range(200)]
     values = [jsonb.from_text(json.dumps(d)) for d in docs]
     bad = bytearray(values[77])
@@ -121,8 +141,8 @@ def test_damaged_values_among_shapes_fail_as_the_value_printer_fails(damage: str
     expected = _outcome(lambda: [jsonb.to_text(v) for v in values])
     got = _outcome(lambda: array_to_text(column).storage.to_pylist())
     assert got == expected
-    if damage == "truncated":
-        assert expected is CorruptFileError
+    assert expected is CorruptFileError
+    assert by_columns["objects"]
 
 
 def test_integers_of_every_width_in_one_column() -> None:
@@ -143,3 +163,38 @@ def test_offsets_past_the_data_are_not_read() -> None:
     texts, slow = jsonb_shapes.shaped_text(data, offsets[:-1], offsets[1:])
     assert not slow.any()
     assert texts.to_pylist() == _per_value(column)
+
+
+def test_arrays_of_every_kind_print_as_lists(by_columns: dict[str, int]) -> None:
+    rng = random.Random(8)
+    docs: list[Any] = []
+    for i in range(400):
+        n = i % 12  # (beyond SHORT_ARRAY items too: entries gathered by ranges)
+        docs.append({"s": [rng.choice(_TEXTS) for _ in range(n)],
+                     "f": [rng.choice(_FLOATS) for _ in range(n)],
+                     "mixed": [1, "a", None, True, 2.5, [], {}, [1, [2]], {"k": "v"}][: n],
+                     "objs": [{"a": j, "b": [j, "x"]} for j in range(n % 3)]})
+    docs += [[1, 2, 3], [], ["top", "level"], [[], [[]]]]
+    column = _column(docs)
+    assert array_to_text(column).storage.to_pylist() == _per_value(column)
+    assert by_columns["arrays"] and by_columns["objects"]
+
+
+@pytest.mark.parametrize("damage", ["item type", "item length"])
+def test_damaged_arrays_fail_as_the_value_printer_fails(damage: str,
+                                                        by_columns: dict[str, int]) -> None:
+    values = [jsonb.from_text(json.dumps({"a": ["x", "yz"], "i": i})) for i in range(300)]
+    bad = bytearray(values[123])
+    at = bytes(bad).index(bytes.fromhex("80000002"))  # the array's header
+    entry = at + 4
+    if damage == "item type":
+        bad[entry] = (bad[entry] & 0x8F) | 0x70
+    else:
+        bad[entry + 4: entry + 8] = (int.from_bytes(bad[entry + 4: entry + 8], "big")
+                                     + 500).to_bytes(4, "big")
+    values[123] = bytes(bad)
+    column = pa.array(values, pa.large_binary())
+    expected = _outcome(lambda: [jsonb.to_text(v) for v in values])
+    assert expected is CorruptFileError
+    assert _outcome(lambda: array_to_text(column).storage.to_pylist()) == expected
+    assert by_columns["arrays"]
