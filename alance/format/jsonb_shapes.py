@@ -36,12 +36,14 @@ from alance.format.jsonb_bulk import (
     NUMBER,
     OBJECT,
     STRING,
+    TEXT_POOL,
     TRUE,
     bulk_text,
     double_texts,
     leaf_texts,
     needs_escape,
     ranges_binary,
+    texts_at,
     u32_be,
 )
 from alance.format.v2.kernels import fixed_at, gather_ranges
@@ -202,18 +204,21 @@ def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarr
                 text = _repeat("", len(at))
             if len(kinds) == 1:  # (arrays of strings only: quotes come with the commas)
                 joined = pc.binary_join(
-                    pa.LargeListArray.from_arrays(pa.array(offsets), text), _QUOTED_COMMA)
+                    pa.LargeListArray.from_arrays(pa.array(offsets), text), _QUOTED_COMMA,
+                    memory_pool=TEXT_POOL)
                 quoted = pc.binary_join_element_wise(_OPEN_QUOTE, joined, _CLOSE_QUOTE,
-                                                     _NOTHING)
-                return pc.if_else(pa.array(count == 0), _EMPTY_ARRAY, quoted)
-            texts.append(pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING))
+                                                     _NOTHING, memory_pool=TEXT_POOL)
+                return pc.if_else(pa.array(count == 0), _EMPTY_ARRAY, quoted,
+                                  memory_pool=TEXT_POOL)
+            texts.append(pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING,
+                                                     memory_pool=TEXT_POOL))
         else:
             texts.append(_texts(data, start[at], stop[at], item_value[at], slow, depth + 1))
         items.append(at)
     item_text = _in_order(texts, items, total)
     joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), item_text),
-                            _COMMA)
-    return pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NOTHING)
+                            _COMMA, memory_pool=TEXT_POOL)
+    return pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NOTHING, memory_pool=TEXT_POOL)
 
 
 def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
@@ -338,8 +343,9 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
             pieces += [lead, number_text[j]]
         elif t == STRING:
             k = strings.index(j)
-            column = (string_text if len(strings) == 1 else string_text.take(
-                pa.array(np.arange(k, n * len(strings), len(strings)))))
+            column = (string_text if len(strings) == 1 else pc.take(
+                string_text, pa.array(np.arange(k, n * len(strings), len(strings))),
+                memory_pool=TEXT_POOL))
             pieces += [lead + '"', column, '"']
         else:
             pieces += [lead, _texts(data, start[j], stop[j], value, slow, depth + 1)]
@@ -377,14 +383,14 @@ def _number_texts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: 
         slow[value[big]] = True
     vals[kind == _ZERO] = 0
     if not is_float.any():
-        return pa.array(vals).cast(_LSTR)
+        return pc.cast(pa.array(vals), _LSTR, memory_pool=TEXT_POOL)
     floats = np.flatnonzero(is_float)
     other = np.flatnonzero(~is_float)
     where = np.empty(len(start), np.int64)
     where[floats] = np.arange(len(floats))
     where[other] = len(floats) + np.arange(len(other))
-    return pa.concat_arrays([_double_column(data, start[floats], value[floats], slow),
-                             pa.array(vals[other]).cast(_LSTR)]).take(pa.array(where))
+    return texts_at([_double_column(data, start[floats], value[floats], slow),
+                     pc.cast(pa.array(vals[other]), _LSTR, memory_pool=TEXT_POOL)], where)
 
 
 def _double_column(data: np.ndarray, start: np.ndarray, value: np.ndarray,
@@ -404,7 +410,7 @@ def _generic_numbers(data: np.ndarray, start: np.ndarray, stop: np.ndarray, valu
     print)."""
     parts, piece = leaf_texts(data, np.full(len(start), NUMBER, np.uint8), start, stop,
                               value, slow)
-    return pa.concat_arrays([p.cast(_LSTR) for p in parts]).take(pa.array(piece))
+    return texts_at(parts, piece)
 
 
 def _join(pieces: list[str | pa.Array], n: int) -> pa.Array:
@@ -423,12 +429,13 @@ def _join(pieces: list[str | pa.Array], n: int) -> pa.Array:
         args.append(pa.scalar(text, _LSTR))
     if not any(isinstance(a, pa.Array) for a in args):
         return _repeat(text, n)
-    return pc.binary_join_element_wise(*args, pa.scalar("", _LSTR))
+    return pc.binary_join_element_wise(*args, _NOTHING, memory_pool=TEXT_POOL)
 
 
 def _repeat(text: str, n: int) -> pa.Array:
     """``text`` ``n`` times."""
-    return pa.array([text], _LSTR).take(pa.array(np.zeros(n, np.int64)))
+    return pc.take(pa.array([text], _LSTR), pa.array(np.zeros(n, np.int64)),
+                   memory_pool=TEXT_POOL)
 
 
 def _u32_be_columns(data: np.ndarray, at: np.ndarray, m: int) -> np.ndarray:
@@ -478,4 +485,4 @@ def _in_order(texts: list[pa.Array], rows_of: list[np.ndarray], n: int) -> pa.Ar
         return pa.array([], _LSTR)
     where = np.empty(n, np.int64)
     where[np.concatenate(rows_of)] = np.arange(n)
-    return pa.concat_arrays([t.cast(_LSTR) for t in texts]).take(pa.array(where))
+    return texts_at(texts, where)

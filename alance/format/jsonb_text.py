@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from alance.format.jsonb import MAX_VALUE_BYTES, to_text
+from alance.format.jsonb_bulk import TEXT_POOL, texts_at
 from alance.format.jsonb_shapes import shaped_text
 
 __all__ = ["BULK_MIN_VALUES", "PIECE_BYTES", "array_to_text"]
@@ -64,15 +66,16 @@ def _bulk_to_text(storage: pa.Array) -> pa.Array:
     valid = np.asarray(storage.is_valid())
     rows = np.flatnonzero(valid)
     texts, slow = shaped_text(data, offsets[:-1][rows], offsets[1:][rows])
-    out = texts.cast(pa.large_string())
+    out = texts
     if slow.any():  # printed one by one (and damaged values raise here)
         again = rows[slow]
         fixed = pa.array([to_text(storage[int(i)].as_py()) for i in again], pa.large_string())
         index = np.arange(len(rows))
         index[np.flatnonzero(slow)] = len(rows) + np.arange(len(again))
-        out = pa.concat_arrays([out, fixed]).take(pa.array(index))
+        out = texts_at([out, fixed], index)
     if len(rows) != n:  # nulls back in place
         index = np.full(n, -1, dtype=np.int64)
         index[rows] = np.arange(len(rows))
-        out = out.take(pa.array(index, mask=~valid))
-    return pa.ExtensionArray.from_storage(pa.json_(pa.utf8()), out.cast(pa.utf8()))
+        out = pc.take(out, pa.array(index, mask=~valid), memory_pool=TEXT_POOL)
+    return pa.ExtensionArray.from_storage(
+        pa.json_(pa.utf8()), pc.cast(out, pa.utf8(), memory_pool=TEXT_POOL))

@@ -20,6 +20,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from alance.format import jsonb
+from alance.format.jsonb_bulk import TEXT_POOL
 from alance.format.jsonb_text import array_to_text
 from alance.format.schema import EXT_META_KEY, EXT_NAME_KEY, LanceField, LanceSchema
 from alance.io.plans import DECODE_WORKERS, decode_pool, offloading
@@ -127,7 +128,7 @@ async def to_text_column(column: pa.Array) -> pa.Array:
 
 
 def _joined(arrays: list[pa.Array]) -> pa.Array:
-    return pa.chunked_array(arrays).combine_chunks()
+    return pa.chunked_array(arrays).combine_chunks(memory_pool=TEXT_POOL)
 
 
 __all__ = ["as_jsonb", "is_json", "storage_field", "storage_schema", "text_field",

@@ -18,6 +18,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from alance.errors import CorruptFileError, UnsupportedFeatureError
 from alance.format.arrow_buffers import pooled_empty
@@ -77,11 +78,13 @@ def _gather_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return np.frombuffer(taken.buffers()[2], np.uint8, count=total)
 
 
-def span_array(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+def span_array(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               memory_pool: pa.MemoryPool | None = None) -> pa.Array:
     """``data[starts[i]:ends[i]]`` for ordered, disjoint ranges inside the byte array
     ``data``, as one large binary array: ``data`` seen (without a copy) as an array whose
     items are, in turn, the gap before a range and the range, of which Arrow's take keeps
-    the ranges (a few ns per range)."""
+    the ranges (a few ns per range). Its buffers come from ``memory_pool`` (default: Arrow's
+    default pool)."""
     k = len(starts)
     data = np.ascontiguousarray(data)  # (Arrow wraps contiguous memory only)
     bounds = np.empty(2 * k + 2, np.int64)
@@ -89,7 +92,8 @@ def span_array(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Arr
     bounds[1:-1:2], bounds[2:-1:2] = starts, ends
     items = pa.Array.from_buffers(pa.large_binary(), 2 * k + 1,
                                   [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-    return items.take(pa.array(np.arange(1, 2 * k, 2, dtype=np.int64)))
+    return pc.take(items, pa.array(np.arange(1, 2 * k, 2, dtype=np.int64)),
+                   memory_pool=memory_pool)
 
 
 def _gather_strided(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
