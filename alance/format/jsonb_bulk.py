@@ -256,16 +256,22 @@ def double_texts(fx: np.ndarray) -> pa.Array:
     # Arrow prints the same shortest digits as Python's repr; in fixed notation only an
     # integral value differs ("100" for "100.0"). The rest is printed by Python.
     text = pc.cast(pa.array(fx), pa.large_string(), memory_pool=TEXT_POOL)
-    expo = np.asarray(pc.match_substring(text, "e"), dtype=bool)
-    dot = np.asarray(pc.match_substring(text, "."), dtype=bool)
     # (Python's fixed notation, hence pylance's, covers 1e-4 <= |x| < 1e16 only)
     mag = np.abs(fx)
-    plain = ~expo & ((fx == 0) | ((mag >= 1e-4) & (mag < 1e16)))
-    if plain.all() and dot.all():
+    plain = (fx == 0) | ((mag >= 1e-4) & (mag < 1e16))
+    # Inside that range Arrow writes an exponent only for large values (from about 1e10 up,
+    # measured over millions of doubles): only texts of values from 1e6 up are searched.
+    # Without an exponent, Arrow's text has a point exactly when the value is not integral.
+    large = np.flatnonzero(plain & (mag >= 1e6))
+    if len(large):
+        searched = pc.match_substring(pc.take(text, pa.array(large)), "e")
+        plain[large[np.asarray(searched, dtype=bool)]] = False
+    integral = plain & (fx == np.trunc(fx))
+    if plain.all() and not integral.any():
         return text
-    parts = [pc.filter(text, pa.array(plain & dot), memory_pool=TEXT_POOL)]
-    where = [np.flatnonzero(plain & dot)]
-    integral = plain & ~dot
+    fraction = plain & ~integral
+    parts = [pc.filter(text, pa.array(fraction), memory_pool=TEXT_POOL)]
+    where = [np.flatnonzero(fraction)]
     if integral.any():
         parts.append(pc.binary_join_element_wise(
             pc.filter(text, pa.array(integral), memory_pool=TEXT_POOL),

@@ -73,3 +73,16 @@ def test_columns_beyond_the_piece_size_convert_in_pieces(monkeypatch) -> None:
     column = _column(docs)
     got = array_to_text(column).storage.to_pylist()
     assert got == [None if v is None else jsonb.to_text(v) for v in column.to_pylist()]
+
+
+def test_double_texts_match_pythons_repr_across_magnitudes() -> None:
+    import numpy as np
+
+    from alance.format.jsonb import _float_text
+    from alance.format.jsonb_bulk import double_texts
+    rng = np.random.default_rng(11)
+    values = np.concatenate([
+        10.0 ** rng.uniform(-8, 20, 20_000), -np.trunc(10.0 ** rng.uniform(0, 17, 5_000)),
+        np.round(10.0 ** rng.uniform(-5, 12, 5_000), 2),
+        [0.0, -0.0, 1e16, 1e-4, 9.99e-5, 1e10, 9999999999.5, 5e-324, 1.7976931348623157e308]])
+    assert double_texts(values).to_pylist() == [_float_text(v) for v in values.tolist()]
