@@ -78,9 +78,11 @@ SHORT_ARRAY = 8
 
 _CONST = {NULL: "null", FALSE: "false", TRUE: "true"}
 _LSTR = pa.large_string()
-_QUOTE, _COMMA, _OPEN, _CLOSE, _NOTHING = (pa.scalar(x, _LSTR) for x in ('"', ",", "[", "]", ""))
-_QUOTED_COMMA, _OPEN_QUOTE, _CLOSE_QUOTE, _EMPTY_ARRAY = (
-    pa.scalar(x, _LSTR) for x in ('","', '["', '"]', "[]"))
+_QUOTE, _COMMA, _NOTHING = (pa.scalar(x, _LSTR) for x in ('"', ",", ""))
+_QUOTED_COMMA = pa.scalar('","', _LSTR)
+_QUOTE_OR_NOT = pa.array(['"', ""], _LSTR)
+#: Texts as pieces to join row by row: fixed texts, and columns (one text per row).
+Pieces = list[str | pa.Array]
 _NONE = np.zeros(0, np.int64)
 
 
@@ -90,18 +92,19 @@ def shaped_text(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     printed one by one (as :func:`alance.format.jsonb_bulk.bulk_text`)."""
     n = len(starts)
     slow = np.zeros(n, dtype=bool)
-    text = _texts(data, starts.astype(np.int64), ends.astype(np.int64), np.arange(n), slow, 0)
-    return text, slow
+    pieces = _texts(data, starts.astype(np.int64), ends.astype(np.int64), np.arange(n), slow, 0)
+    return _join(pieces, n), slow
 
 
 def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
-           slow: np.ndarray, depth: int) -> pa.Array:
+           slow: np.ndarray, depth: int) -> Pieces:
     """Texts of the containers ``data[s:e]`` (top-level values ``value``; ``depth`` levels
-    down), in their order."""
+    down), in their order, as pieces (when every container has one shape, that shape's
+    pieces, so that a parent joins them with its own in one pass)."""
     n = len(s)
     if depth > MAX_DEPTH:  # (as deep as the per-value printer goes)
         slow[value] = True
-        return _repeat("", n)
+        return [""]
     short = e - s < 4
     head = u32_be(data, np.where(short, 0, s))
     kind = head & np.uint32(0xE0000000)
@@ -114,12 +117,12 @@ def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
         rest = np.zeros(0, np.int64)
     else:
         rest = np.flatnonzero(~plain)  # top-level scalars, and damage: the generic kernel
-    out: list[pa.Array] = []
+    out: list[Pieces] = []
     rows_of: list[np.ndarray] = []
     if depth:
         bad = np.flatnonzero(~plain)
         if len(bad):
-            out.append(pa.array([""] * len(bad), _LSTR))
+            out.append([""])
             rows_of.append(bad)
     arrays = np.flatnonzero(plain & (kind == ARRAY))
     if len(arrays):
@@ -137,24 +140,27 @@ def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
             rare.append(rows)
             continue
         if c == 0:
-            out.append(_repeat("{}", len(rows)))
+            out.append(["{}"])
             rows_of.append(rows)
             continue
-        for sub, text in _shapes(data, s[rows], e[rows], value[rows], slow, depth, c, rare,
-                                 rows):
-            out.append(text)
+        for sub, pieces in _shapes(data, s[rows], e[rows], value[rows], slow, depth, c, rare,
+                                   rows):
+            out.append(pieces)
             rows_of.append(sub)
     odd = np.sort(np.concatenate(rare))  # (in data order: the generic kernel slices spans)
     if len(odd):
         text, odd_slow = bulk_text(data, s[odd], e[odd], depth)
         slow[value[odd[odd_slow]]] = True
-        out.append(text)
+        out.append([text])
         rows_of.append(odd)
-    return _in_order(out, rows_of, n)
+    if len(out) == 1 and len(rows_of[0]) == n:  # (rows are in order within each part)
+        return out[0]
+    return [_in_order([_join(p, len(r)) for p, r in zip(out, rows_of, strict=True)],
+                      rows_of, n)]
 
 
 def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarray,
-                 value: np.ndarray, slow: np.ndarray, depth: int) -> pa.Array:
+                 value: np.ndarray, slow: np.ndarray, depth: int) -> Pieces:
     """The texts of the arrays at ``s`` (``count`` items each; their tables checked to lie
     before ``e``): every item of every array printed as one column (by type, containers a
     level down), then each array's items joined (Arrow's ``binary_join`` over a list
@@ -164,7 +170,7 @@ def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarr
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=offsets[1:])
     if total == 0:
-        return _repeat("[]", n)
+        return ["[]"]
     most = int(count.max())
     if most <= SHORT_ARRAY and int(s.max()) + 4 + 4 * most <= len(data):
         # (short arrays: a fixed window of entries from each, the real ones kept)
@@ -206,28 +212,28 @@ def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarr
                 joined = pc.binary_join(
                     pa.LargeListArray.from_arrays(pa.array(offsets), text), _QUOTED_COMMA,
                     memory_pool=TEXT_POOL)
-                quoted = pc.binary_join_element_wise(_OPEN_QUOTE, joined, _CLOSE_QUOTE,
-                                                     _NOTHING, memory_pool=TEXT_POOL)
-                return pc.if_else(pa.array(count == 0), _EMPTY_ARRAY, quoted,
-                                  memory_pool=TEXT_POOL)
+                quote = pc.take(_QUOTE_OR_NOT, pa.array((count == 0).astype(np.int8)),
+                                memory_pool=TEXT_POOL)  # (none around no items)
+                return ["[", quote, joined, quote, "]"]
             texts.append(pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING,
                                                      memory_pool=TEXT_POOL))
         else:
-            texts.append(_texts(data, start[at], stop[at], item_value[at], slow, depth + 1))
+            texts.append(_join(_texts(data, start[at], stop[at], item_value[at], slow,
+                                      depth + 1), len(at)))
         items.append(at)
     item_text = _in_order(texts, items, total)
     joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), item_text),
                             _COMMA, memory_pool=TEXT_POOL)
-    return pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NOTHING, memory_pool=TEXT_POOL)
+    return ["[", joined, "]"]
 
 
 def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
             slow: np.ndarray, depth: int, count: int,
-            rare: list[np.ndarray], rows: np.ndarray) -> list[tuple[np.ndarray, pa.Array]]:
+            rare: list[np.ndarray], rows: np.ndarray) -> list[tuple[np.ndarray, Pieces]]:
     """The texts of objects of ``count`` keys, by shape: pairs of rows (of ``rows``, indices
-    into the caller's) and their texts. Rows of rare shapes go to ``rare``."""
+    into the caller's) and the pieces of their texts. Rows of rare shapes go to ``rare``."""
     m = 2 * count
-    result: list[tuple[np.ndarray, pa.Array]] = []
+    result: list[tuple[np.ndarray, Pieces]] = []
     if not _mostly_shared(data, s, count):
         rare.append(rows)
         return result
@@ -295,21 +301,22 @@ def _mostly_shared(data: np.ndarray, s: np.ndarray, count: int) -> bool:
 
 
 def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np.ndarray,
-                slow: np.ndarray, depth: int, count: int) -> pa.Array:
+                slow: np.ndarray, depth: int, count: int) -> Pieces:
     """The texts of objects of one shape (``count`` keys, then ``count`` values): entry j of
     each from ``bounds[j]`` to ``bounds[j + 1]`` (one column per object), of type
     ``typ[j]``."""
     n = bounds.shape[1]
     start, stop = bounds[:-1], bounds[1:]
+    failed: Pieces = [""]  # (the texts of values marked for the per-value printer)
     raw = ranges_binary(data, start[:count, 0], stop[:count, 0])  # (the keys)
     if needs_escape(raw).any():
         slow[value] = True
-        return _repeat("", n)
+        return failed
     try:
         keys = raw.cast(_LSTR).to_pylist()
     except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
         slow[value] = True
-        return _repeat("", n)
+        return failed
     cols = range(count, 2 * count)
     # the numbers of all columns printed together (column after column), and the strings
     # (container after container, in data order)
@@ -332,8 +339,8 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
             string_text = raw.cast(_LSTR)
         except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
             slow[value] = True
-            return _repeat("", n)
-    pieces: list[str | pa.Array] = ["{"]
+            return failed
+    pieces: Pieces = ["{"]
     for i, j in enumerate(cols):
         lead = ("," if i else "") + f'"{keys[i]}":'
         t = int(typ[j])
@@ -348,9 +355,9 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
                 memory_pool=TEXT_POOL))
             pieces += [lead + '"', column, '"']
         else:
-            pieces += [lead, _texts(data, start[j], stop[j], value, slow, depth + 1)]
+            pieces += [lead, *_texts(data, start[j], stop[j], value, slow, depth + 1)]
     pieces.append("}")
-    return _join(pieces, n)
+    return pieces
 
 
 def _number_texts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
@@ -413,8 +420,10 @@ def _generic_numbers(data: np.ndarray, start: np.ndarray, stop: np.ndarray, valu
     return texts_at(parts, piece)
 
 
-def _join(pieces: list[str | pa.Array], n: int) -> pa.Array:
+def _join(pieces: Pieces, n: int) -> pa.Array:
     """The pieces (fixed texts and columns of ``n`` texts) joined row by row."""
+    if len(pieces) == 1 and isinstance(pieces[0], pa.Array):
+        return pieces[0]
     args: list[pa.Array | pa.Scalar] = []
     text = ""
     for p in pieces:
