@@ -53,7 +53,7 @@ __all__ = ["MAX_SHAPE_ITEMS", "MIN_SHAPE_ROWS", "shaped_text"]
 #: A shape needs at least this many objects at one position to be printed by its columns
 #: (each column costs a few fixed Arrow and numpy calls); objects of rarer shapes go,
 #: together, through the generic column kernel.
-MIN_SHAPE_ROWS = 1024
+MIN_SHAPE_ROWS = 2048
 #: Objects of more keys than this go through the generic kernel (one column per key would
 #: cost more than it saves).
 MAX_SHAPE_ITEMS = 32
@@ -77,6 +77,8 @@ for _width in (2, 3, 5, 9):
 SHORT_ARRAY = 8
 
 _CONST = {NULL: "null", FALSE: "false", TRUE: "true"}
+#: The text of null, false and true by type (strings, numbers and containers never index it).
+_CONST_TEXTS = pa.array(["null", "", "", "false", "true", ""], pa.large_string())
 _LSTR = pa.large_string()
 _QUOTE, _COMMA, _NOTHING = (pa.scalar(x, _LSTR) for x in ('"', ",", ""))
 _QUOTED_COMMA = pa.scalar('","', _LSTR)
@@ -191,40 +193,62 @@ def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarr
         slow[value[bad]] = True
         typ[bad[row]] = NULL
     item_value = value[row]
-    texts: list[pa.Array] = []
-    items: list[np.ndarray] = []
-    kinds = np.unique(typ).tolist()
-    for t in kinds:
-        at = np.arange(total) if len(kinds) == 1 else np.flatnonzero(typ == t)
-        if t in _CONST:
-            texts.append(_repeat(_CONST[t], len(at)))
-        elif t == NUMBER:
-            texts.append(_number_texts(data, start[at], stop[at], item_value[at], slow))
-        elif t == STRING:
-            raw = ranges_binary(data, start[at], stop[at])
-            slow[item_value[at[needs_escape(raw)]]] = True
-            try:
-                text = raw.cast(_LSTR)
-            except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
-                slow[item_value[at]] = True
-                text = _repeat("", len(at))
-            if len(kinds) == 1:  # (arrays of strings only: quotes come with the commas)
-                joined = pc.binary_join(
-                    pa.LargeListArray.from_arrays(pa.array(offsets), text), _QUOTED_COMMA,
-                    memory_pool=TEXT_POOL)
-                quote = pc.take(_QUOTE_OR_NOT, pa.array((count == 0).astype(np.int8)),
-                                memory_pool=TEXT_POOL)  # (none around no items)
-                return ["[", quote, joined, quote, "]"]
-            texts.append(pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _NOTHING,
-                                                     memory_pool=TEXT_POOL))
-        else:
-            texts.append(_join(_texts(data, start[at], stop[at], item_value[at], slow,
-                                      depth + 1), len(at)))
-        items.append(at)
-    item_text = _in_order(texts, items, total)
+    if (typ == STRING).all():  # (arrays of strings only: quotes come with the commas)
+        text = _strings(data, start, stop, item_value, slow)
+        joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), text),
+                                _QUOTED_COMMA, memory_pool=TEXT_POOL)
+        quote = pc.take(_QUOTE_OR_NOT, pa.array((count == 0).astype(np.int8)),
+                        memory_pool=TEXT_POOL)  # (none around no items)
+        return ["[", quote, joined, quote, "]"]
+    item_text = _join(_values(data, typ, start, stop, item_value, slow, depth), total)
     joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array(offsets), item_text),
                             _COMMA, memory_pool=TEXT_POOL)
     return ["[", joined, "]"]
+
+
+def _values(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.ndarray,
+            value: np.ndarray, slow: np.ndarray, depth: int) -> Pieces:
+    """The texts of the items ``data[start:stop]`` of types ``typ`` (one column: of one
+    type, or of several, each printed apart and then put back in order)."""
+    n = len(typ)
+    kinds = np.flatnonzero(np.bincount(typ, minlength=CONTAINER + 1)).tolist()
+    if len(kinds) == 1:
+        return _values_of(kinds[0], data, start, stop, value, slow, depth)
+    if all(k in _CONST for k in kinds):  # (null, false, true: one take)
+        return [pc.take(_CONST_TEXTS, pa.array(typ), memory_pool=TEXT_POOL)]
+    texts: list[pa.Array] = []
+    items: list[np.ndarray] = []
+    for k in kinds:
+        at = np.flatnonzero(typ == k)
+        pieces = _values_of(k, data, start[at], stop[at], value[at], slow, depth)
+        texts.append(_join(pieces, len(at)))
+        items.append(at)
+    return [_in_order(texts, items, n)]
+
+
+def _values_of(kind: int, data: np.ndarray, start: np.ndarray, stop: np.ndarray,
+               value: np.ndarray, slow: np.ndarray, depth: int) -> Pieces:
+    """The texts of the items ``data[start:stop]``, all of type ``kind``."""
+    if kind in _CONST:
+        return [_CONST[kind]]
+    if kind == NUMBER:
+        return [_number_texts(data, start, stop, value, slow)]
+    if kind == STRING:
+        return ['"', _strings(data, start, stop, value, slow), '"']
+    return _texts(data, start, stop, value, slow, depth + 1)
+
+
+def _strings(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
+             slow: np.ndarray) -> pa.Array:
+    """The strings ``data[start:stop]`` (unquoted; those needing escapes, and all when one
+    is not UTF-8, marked for the per-value printer)."""
+    raw = ranges_binary(data, start, stop)
+    slow[value[needs_escape(raw)]] = True
+    try:
+        return raw.cast(_LSTR)
+    except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
+        slow[value] = True
+        return _repeat("", len(start))
 
 
 def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
@@ -242,7 +266,7 @@ def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
     typ = (table >> np.uint32(28)).astype(np.uint8)  # (8 and up: an end-offset JEntry)
     damaged = (typ > CONTAINER).any(axis=0)
     damaged |= (typ[:count] != STRING).any(axis=0)  # (keys are strings)
-    sig = _signature(table, typ, count)
+    sig = _signature(table, count)
     # item j runs from bounds[j] to bounds[j + 1]: the table's end, then running sums of
     # the lengths (row by row: numpy's running sum down columns is slower)
     bounds = np.empty((m + 1, len(s)), np.int64)
@@ -270,18 +294,16 @@ def _shapes(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
         rare.append(rows[members[few]])
         for grp in (members[g] for g in same_keys):
             own = bounds if len(grp) == len(rows) else bounds[:, grp]  # (one shape: as is)
-            result.append((rows[grp], _shape_text(data, own, typ[:, grp[0]], value[grp], slow,
-                                                  depth, count)))
+            kinds = typ if len(grp) == len(rows) else typ[:, grp]
+            result.append((rows[grp], _shape_text(data, own, kinds, value[grp], slow, depth,
+                                                  count)))
     return result
 
 
-def _signature(table: np.ndarray, typ: np.ndarray, count: int) -> np.ndarray:
-    """What fixes how each object prints, as a byte row: its value types and its key
-    JEntries (the key bytes are compared apart)."""
-    sig = np.empty((table.shape[1], 5 * count), np.uint8)
-    sig[:, :count] = typ[count:].T
-    sig[:, count:] = table[:count].T.astype("<u4", order="C").view(np.uint8)
-    return sig
+def _signature(table: np.ndarray, count: int) -> np.ndarray:
+    """What fixes an object's shape, as a byte row: its key JEntries (the key bytes are
+    compared apart; value types may differ within a shape)."""
+    return table[:count].T.astype("<u4", order="C").view(np.uint8)
 
 
 def _mostly_shared(data: np.ndarray, s: np.ndarray, count: int) -> bool:
@@ -292,9 +314,8 @@ def _mostly_shared(data: np.ndarray, s: np.ndarray, count: int) -> bool:
     if n < 4 * SHAPE_SAMPLE:
         return True
     pick = s[:: n // SHAPE_SAMPLE]
-    table = _u32_be_columns(data, pick + 4, 2 * count)
-    typ = (table >> np.uint32(28)).astype(np.uint8)
-    codes, groups = _group(_signature(table, typ, count))
+    table = _u32_be_columns(data, pick + 4, count)  # (the key JEntries)
+    codes, groups = _group(_signature(table, count))
     sizes = np.bincount(codes, minlength=groups)
     common = sizes * (n / len(pick)) >= MIN_SHAPE_ROWS
     return 2 * int(sizes[common].sum()) >= len(pick)
@@ -303,7 +324,7 @@ def _mostly_shared(data: np.ndarray, s: np.ndarray, count: int) -> bool:
 def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np.ndarray,
                 slow: np.ndarray, depth: int, count: int) -> Pieces:
     """The texts of objects of one shape (``count`` keys, then ``count`` values): entry j of
-    each from ``bounds[j]`` to ``bounds[j + 1]`` (one column per object), of type
+    each from ``bounds[j]`` to ``bounds[j + 1]`` (one column per object), of types
     ``typ[j]``."""
     n = bounds.shape[1]
     start, stop = bounds[:-1], bounds[1:]
@@ -318,11 +339,13 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
         slow[value] = True
         return failed
     cols = range(count, 2 * count)
-    # the numbers of all columns printed together (column after column), and the strings
-    # (container after container, in data order)
-    # (in two batches, by the first container's tags: columns of integers, of doubles)
+    # a column's type, when all its values have one (else None: printed by type, then merged)
+    kind = {j: int(typ[j, 0]) if (typ[j] == typ[j, 0]).all() else None for j in cols}
+    # The numbers of columns of numbers are printed together (column after column, in two
+    # batches by the first object's tag: integers, doubles), as are the strings of columns
+    # of strings (object after object, in data order).
     number_text: dict[int, pa.Array] = {}
-    numbers = [j for j in cols if typ[j] == NUMBER]
+    numbers = [j for j in cols if kind[j] == NUMBER]
     for batch in ([j for j in numbers if data[start[j, 0]] == 0x60],
                   [j for j in numbers if data[start[j, 0]] != 0x60]):
         if batch:
@@ -330,32 +353,24 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
             text = _number_texts(data, start[at].ravel(), stop[at].ravel(),
                                  np.tile(value, len(batch)), slow)
             number_text.update((j, text.slice(k * n, n)) for k, j in enumerate(batch))
-    strings = [j for j in cols if typ[j] == STRING]
+    strings = [j for j in cols if kind[j] == STRING]
     if strings:
         at = np.array(strings)
-        raw = ranges_binary(data, start[at].T.ravel(), stop[at].T.ravel())
-        slow[np.repeat(value, len(strings))[needs_escape(raw)]] = True
-        try:
-            string_text = raw.cast(_LSTR)
-        except pa.ArrowInvalid:  # not UTF-8: the per-value printer raises
-            slow[value] = True
-            return failed
+        string_text = _strings(data, start[at].T.ravel(), stop[at].T.ravel(),
+                               np.repeat(value, len(strings)), slow)
     pieces: Pieces = ["{"]
     for i, j in enumerate(cols):
         lead = ("," if i else "") + f'"{keys[i]}":'
-        t = int(typ[j])
-        if t in _CONST:
-            pieces.append(lead + _CONST[t])
-        elif t == NUMBER:
+        if kind[j] == NUMBER:
             pieces += [lead, number_text[j]]
-        elif t == STRING:
+        elif kind[j] == STRING:
             k = strings.index(j)
             column = (string_text if len(strings) == 1 else pc.take(
                 string_text, pa.array(np.arange(k, n * len(strings), len(strings))),
                 memory_pool=TEXT_POOL))
             pieces += [lead + '"', column, '"']
         else:
-            pieces += [lead, *_texts(data, start[j], stop[j], value, slow, depth + 1)]
+            pieces += [lead, *_values(data, typ[j], start[j], stop[j], value, slow, depth)]
     pieces.append("}")
     return pieces
 

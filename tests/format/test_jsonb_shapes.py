@@ -198,3 +198,14 @@ def test_damaged_arrays_fail_as_the_value_printer_fails(damage: str,
     assert expected is CorruptFileError
     assert _outcome(lambda: array_to_text(column).storage.to_pylist()) == expected
     assert by_columns["arrays"]
+
+
+def test_values_of_one_key_may_differ_in_type(by_columns: dict[str, int]) -> None:
+    rng = random.Random(9)
+    kinds: list[Any] = [None, True, False, 7, -2.5, 2**64 - 1, "s", 'q"uote', [1, "a"], [],
+                        {"x": 1}, {}]
+    docs = [{"flag": rng.choice([True, False]), "v": rng.choice(kinds),
+             "n": rng.choice([None, False, True]), "id": i} for i in range(500)]
+    column = _column(docs)
+    assert array_to_text(column).storage.to_pylist() == _per_value(column)
+    assert by_columns["objects"]
