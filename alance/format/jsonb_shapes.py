@@ -1,18 +1,20 @@
 """JSONB to JSON text by columns: objects grouped by shape, arrays as lists.
 
-The objects of a JSON column mostly repeat a few *shapes*: the same keys in the same order,
-holding values of the same types. Objects of one shape print as the same fixed pieces
-(``{"id":``, ``,"name":"``, ``"}``...) around one value text each, so their texts come from
-one Arrow ``binary_join_element_wise`` over value columns, with no per-token layout. The
-objects at one position are read as a matrix: objects with one header have their JEntries at
-the same offsets (one gather of ``(objects, entries)`` words) and value offsets are running
-sums down the entries. They are grouped by header, then by value types and key JEntries,
-then by key bytes (Arrow's hash-based ``dictionary_encode`` over the bytes that fix them);
-a sample first tells whether most objects of a header share shapes at all.
+The objects of a JSON column mostly repeat a few *shapes*: the same keys in the same order.
+Objects of one shape print as the same fixed pieces (``{"id":``, ``,"name":``, ``}``...)
+around one value text each, so their texts come from one Arrow
+``binary_join_element_wise`` over value columns, with no per-token layout. The objects at
+one position are read as a matrix: objects with one header have their JEntries at the same
+offsets (one gather of ``(objects, entries)`` words) and value offsets are running sums down
+the entries. They are grouped by header, then by key JEntries, then by key bytes (Arrow's
+hash-based ``dictionary_encode`` over the bytes that fix them); a sample first tells whether
+most objects of a header share shapes at all. A value column is printed by type: numbers
+(integers decoded at once, doubles by Arrow), strings (quotes are fixed pieces), null and
+booleans, and containers one level down; a column of several types is printed type by type
+and put back in order. Texts travel up as pieces, so each top-level value is joined once.
 
-Arrays need no shapes: the items of all arrays at one position are printed as one column (by
-type; container items one level down, the same way) and each array's items are joined by
-Arrow's ``binary_join`` over a list array.
+Arrays need no shapes: the items of all arrays at one position are printed as one column and
+each array's items are joined by Arrow's ``binary_join`` over a list array.
 
 Left to the generic column kernel (:func:`alance.format.jsonb_bulk.bulk_text`), all together:
 top-level scalars, objects of shapes that fewer than :data:`MIN_SHAPE_ROWS` objects share or
