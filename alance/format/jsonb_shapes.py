@@ -60,7 +60,7 @@ MIN_SHAPE_ROWS = 2048
 #: cost more than it saves).
 MAX_SHAPE_ITEMS = 32
 
-#: Containers sampled to judge whether a header's containers mostly share shapes.
+#: Objects sampled to judge whether the objects of one header mostly share shapes.
 SHAPE_SAMPLE = 256
 
 #: The kind of a number item by ``tag * 16 + min(length, 15)`` (0: not one these kernels
@@ -82,7 +82,7 @@ _CONST = {NULL: "null", FALSE: "false", TRUE: "true"}
 #: The text of null, false and true by type (strings, numbers and containers never index it).
 _CONST_TEXTS = pa.array(["null", "", "", "false", "true", ""], pa.large_string())
 _LSTR = pa.large_string()
-_QUOTE, _COMMA, _NOTHING = (pa.scalar(x, _LSTR) for x in ('"', ",", ""))
+_COMMA, _NOTHING = (pa.scalar(x, _LSTR) for x in (",", ""))
 _QUOTED_COMMA = pa.scalar('","', _LSTR)
 _QUOTE_OR_NOT = pa.array(['"', ""], _LSTR)
 #: Texts as pieces to join row by row: fixed texts, and columns (one text per row).
