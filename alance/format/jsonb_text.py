@@ -6,9 +6,9 @@ A column converts in three tiers, each handing what it cannot print to the next:
    calls per shape and item);
 2. the rest, by the generic column kernel :func:`alance.format.jsonb_bulk.bulk_text` (level
    by level, one token layout for all values);
-3. values either kernel marks (strings needing escapes, numbers beyond 64 bits written as
-   exponents, damage), one by one by :func:`alance.format.jsonb.to_text`, which also raises
-   the precise error for a damaged value.
+3. values either kernel marks (strings needing escapes, integers beyond int64, damage), one
+   by one by :func:`alance.format.jsonb.to_text`, which also raises the precise error for a
+   damaged value.
 
 Columns of fewer than :data:`BULK_MIN_VALUES` values go value by value.
 """
@@ -47,7 +47,7 @@ def array_to_text(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 #: Columns of at least this many values are converted by the column kernels; fewer, value by
 #: value.
 BULK_MIN_VALUES = 64
-#: The column kernel converts at most about this many bytes of values at once.
+#: The column kernels convert at most about this many bytes of values at once.
 PIECE_BYTES = 256 << 20
 
 
