@@ -1,12 +1,16 @@
 """JSON column reads, alance vs pylance: JSONB in the file, ``arrow.json`` text out.
 
     python benchmarks/json_read.py [--rows 200000] [--repeat 5] [--format 2.1]
+                                   [--documents events|mixed]
 
-pylance writes ``--rows`` documents (an object of five keys: an integer, a string, a double,
-an array of 0-3 strings and a nested object of an integer, a boolean and a null) once; both
-engines read the column back as text, which is compared first. Printed: the median wall and
-CPU seconds of each engine and the ratio (alance / pylance, below 1: alance faster), and the
-same for a take of 1000 random rows.
+pylance writes ``--rows`` documents once; both engines read the column back as text, which is
+compared first. ``events`` (the default): objects of five keys, an integer, a string, a
+double, an array of 0-3 strings and a nested object of an integer, a boolean and a null.
+``mixed``: objects of 1-8 keys drawn at random from 12, each value of a random type (integer,
+short string, double, null, boolean, array of 0-2 integers), so that nearly every document
+has a shape of its own (alance's worst case: its shape kernel finds nothing to share).
+Printed: the median wall and CPU seconds of each engine and the ratio (alance / pylance, below
+1: alance faster), and the same for a take of 1000 random rows.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -30,6 +35,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import alance  # noqa: E402
+
+
+def make_mixed_table(rows: int, seed: int = 1) -> pa.Table:
+    """``rows`` JSON documents of random keys and value types, with an id column."""
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(12)]
+    choices: list[object] = [1, 2.5, None, True, "s", "text", [1, 2], []]
+    docs = [json.dumps({k: rng.choice(choices) for k in rng.sample(keys, rng.randint(1, 8))})
+            for _ in range(rows)]
+    return pa.table({"id": np.arange(rows), "doc": pa.array(docs, pa.json_(pa.utf8()))})
 
 
 def make_table(rows: int, seed: int = 1) -> pa.Table:
@@ -66,10 +81,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--format", default="2.1")
+    parser.add_argument("--documents", choices=("events", "mixed"), default="events")
     args = parser.parse_args()
+    table = (make_table if args.documents == "events" else make_mixed_table)(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/docs.lance"
-        lance.write_dataset(make_table(args.rows), path, data_storage_version=args.format)
+        lance.write_dataset(table, path, data_storage_version=args.format)
         theirs = lance.dataset(path)
         loop = asyncio.new_event_loop()
         ours = loop.run_until_complete(alance.open_dataset(path))
@@ -85,7 +102,8 @@ def main() -> None:
             "take 1000": (run(lambda: ours.take(idx, columns=["doc"])),
                           lambda: theirs.take(idx, columns=["doc"])),
         }
-        print(f"{args.rows} documents, format {args.format}, median of {args.repeat}")
+        print(f"{args.rows} {args.documents} documents, format {args.format}, "
+              f"median of {args.repeat}")
         print(f"{'op':<12} {'pylance s':>10} {'cpu':>6} {'alance s':>9} {'cpu':>6} {'ratio':>6}")
         for name, (mine, other) in ops.items():
             if _texts(mine()) != _texts(other()):
