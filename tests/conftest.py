@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +23,24 @@ def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def local_uri(tmp_path: Path) -> str:
     """A fresh dataset path on local disk (for tests that also open it with pylance)."""
     return str(tmp_path / "ds.lance")
+
+
+@pytest.fixture
+def shape_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the JSON shape kernel printed objects by shape and arrays as lists (so a
+    test can show that those paths, not only the generic kernel, ran)."""
+    from alance.format import jsonb_shapes
+
+    calls = {"objects": 0, "arrays": 0}
+
+    def counting(name: str, key: str) -> Any:
+        inner = getattr(jsonb_shapes, name)
+
+        def counted(*args: Any) -> Any:
+            calls[key] += 1
+            return inner(*args)
+        return counted
+
+    monkeypatch.setattr(jsonb_shapes, "_shape_text", counting("_shape_text", "objects"))
+    monkeypatch.setattr(jsonb_shapes, "_array_texts", counting("_array_texts", "arrays"))
+    return calls

@@ -10,9 +10,11 @@ once and gathered with one take. The output is the same text
 :func:`~alance.format.jsonb.to_text` prints.
 
 Values this path does not handle (end-offset JEntries, strings or keys needing escapes,
-anything malformed, deeper than ``MAX_DEPTH``) are reported back by index and printed one by
-one by the caller (which also raises the precise error for a damaged value). Doubles in
-exponent notation and integers beyond int64 are printed item by item in Python.
+integers beyond int64, anything malformed, deeper than ``MAX_DEPTH``) are reported back by
+index and printed one by one by the caller (which also raises the precise error for a damaged
+value). Doubles Python prints with an exponent are printed item by item in Python. The leaf
+printers (:func:`number_texts`, :func:`double_texts`) and :data:`TEXT_POOL` serve the shape
+kernel (:mod:`alance.format.jsonb_shapes`) too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from alance.format.v2.kernels import fixed_at, gather_ranges, range_indices, spa
 
 __all__ = ["ARRAY", "CONTAINER", "FALSE", "NULL", "NUMBER", "OBJECT", "SCALAR", "STRING",
            "TEXT_POOL", "TRUE", "bulk_text", "double_texts", "leaf_texts", "needs_escape",
-           "ranges_binary", "texts_at", "u32_be"]
+           "number_texts", "ranges_binary", "texts_at", "u32_be"]
 
 #: The memory pool of the texts the column kernels build. A column's conversion allocates
 #: and frees tens of megabytes of texts; Arrow's default pool (mimalloc) hands freed pages
@@ -40,6 +42,17 @@ TEXT_POOL = pa.system_memory_pool()
 
 ARRAY, OBJECT, SCALAR = 0x80000000, 0x40000000, 0x20000000
 NULL, STRING, NUMBER, FALSE, TRUE, CONTAINER = 0, 1, 2, 3, 4, 5
+#: The kind of a number item by ``tag * 16 + min(length, 15)`` (0: not one these kernels
+#: print), and how far an integer's last 8 bytes shift to keep its own (by length).
+_ZERO, _POSITIVE, _NEGATIVE, _DOUBLE = 1, 2, 3, 4
+_NUMBER_KIND = np.zeros(256 * 16, np.uint8)
+_NUMBER_KIND[0x00 * 16 + 1] = _ZERO
+_NUMBER_KIND[0x60 * 16 + 9] = _DOUBLE
+_CUT = np.zeros(16, np.uint64)
+for _width in (2, 3, 5, 9):
+    _NUMBER_KIND[0x50 * 16 + _width] = _POSITIVE
+    _NUMBER_KIND[0x40 * 16 + _width] = _NEGATIVE
+    _CUT[_width] = (72 - 8 * _width) % 64
 #: Fixed pieces, by index: what tokens point at besides leaf and child texts.
 _PUNCT = ["[", "]", "}", ",", "null", "false", "true", "[]", "{}"]
 _OPEN_A, _CLOSE_A, _CLOSE_O, _COMMA, _EMPTY_A, _EMPTY_O = 0, 1, 2, 3, 7, 8
@@ -219,36 +232,79 @@ def leaf_texts(data: np.ndarray, typ: np.ndarray, start: np.ndarray, stop: np.nd
                                             pa.scalar("", pa.large_string())), strings)
     numbers = np.flatnonzero(typ == NUMBER)
     if len(numbers):
-        n0, n1 = start[numbers], stop[numbers]
-        width_all = n1 - n0
-        tag = np.where(width_all > 0, data[np.minimum(n0, max(len(data) - 1, 0))], 0xFF)
-        done = np.zeros(len(numbers), dtype=bool)
-        zero = np.flatnonzero((tag == 0x00) & (width_all == 1))
-        if len(zero):
-            add(pa.array(["0"] * len(zero), pa.large_string()), numbers[zero])
-            done[zero] = True
-        for code, kind in ((0x40, "i"), (0x50, "u")):
-            for width in (1, 2, 4, 8):
-                sel = np.flatnonzero((tag == code) & (width_all == width + 1))
-                if not len(sel):
-                    continue
-                vals = _windows(data, n0[sel] + 1, width).view(f">{kind}{width}")
-                if kind == "u" and width == 8:  # beyond int64: printed by Python
-                    big = vals > np.uint64(2**63 - 1)
-                    if big.any():
-                        add(pa.array([str(x) for x in vals[big].tolist()], pa.large_string()),
-                            numbers[sel[big]])
-                        sel, vals = sel[~big], vals[~big]
-                add(pa.array(vals.astype(np.int64)).cast(pa.large_string()), numbers[sel])
-                done[sel] = True
-        floats = np.flatnonzero((tag == 0x60) & (width_all == 9))
-        if len(floats):
-            xs = _windows(data, n0[floats] + 1, 8).view(">f8").astype(np.float64)
-            finite = np.isfinite(xs)
-            add(double_texts(xs[finite]), numbers[floats[finite]])
-            done[floats[finite]] = True
-        slow[value[numbers[~done]]] = True
+        for text, at in _number_parts(data, start[numbers], stop[numbers], value[numbers],
+                                      slow):
+            add(text, numbers[at])
     return parts, piece
+
+
+def number_texts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
+                 slow: np.ndarray) -> pa.Array:
+    """The texts of the number items ``data[start:stop]`` (of the top-level values
+    ``value``), in their order (see :func:`_number_parts`)."""
+    parts = _number_parts(data, start, stop, value, slow)
+    if len(parts) == 1:
+        return parts[0][0]
+    index = np.empty(len(start), np.int64)
+    index[np.concatenate([at for _, at in parts])] = np.arange(len(start))
+    return texts_at([text for text, _ in parts], index)
+
+
+def _number_parts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
+                  slow: np.ndarray) -> list[tuple[pa.Array, np.ndarray]]:
+    """The texts of the number items ``data[start:stop]``, as (texts, which items) parts:
+    integers decoded as one column (each from the 8 bytes that end its item, cut to its
+    width), doubles as another. Items this cannot print (integers beyond int64, infinities,
+    unknown tags or widths) get an empty text and their values are marked ``slow``."""
+    n = len(start)
+    if n == 0 or len(data) == 0:
+        slow[value] = True
+        return [(pa.array([""] * n, pa.large_string()), np.arange(n))]
+    width = stop - start
+    short = np.clip(width, 0, 15)
+    kind = _NUMBER_KIND[data[np.clip(start, 0, len(data) - 1)].astype(np.intp) * 16 + short]
+    kind[stop < 8] = 0  # (never in a well-formed value: header and JEntry come first)
+    unknown = kind == 0
+    if unknown.any():
+        slow[value[unknown]] = True
+        kind[unknown] = _ZERO
+    is_float = kind == _DOUBLE
+    if is_float.all():
+        return [(_double_column(data, start, value, slow), np.arange(n))]
+    is_int = (kind == _POSITIVE) | (kind == _NEGATIVE)
+    vals = np.zeros(n, np.int64)
+    if is_int.any():
+        words = fixed_at(data, np.where(is_int, stop - 8, 0), 8).view(">u8").astype(np.uint64)
+        cut = _CUT[short]
+        words <<= cut
+        negative = kind == _NEGATIVE
+        if negative.any():
+            vals = np.where(negative, words.view(np.int64) >> cut.view(np.int64),
+                            (words >> cut).view(np.int64))
+        else:
+            words >>= cut
+            vals = words.view(np.int64)
+        big = (vals < 0) & (kind == _POSITIVE)
+        if big.any():  # beyond int64: the per-value printer
+            slow[value[big]] = True
+        vals[~is_int] = 0
+    if not is_float.any():
+        return [(pc.cast(pa.array(vals), pa.large_string(), memory_pool=TEXT_POOL),
+                 np.arange(n))]
+    floats, other = np.flatnonzero(is_float), np.flatnonzero(~is_float)
+    return [(_double_column(data, start[floats], value[floats], slow), floats),
+            (pc.cast(pa.array(vals[other]), pa.large_string(), memory_pool=TEXT_POOL), other)]
+
+
+def _double_column(data: np.ndarray, start: np.ndarray, value: np.ndarray,
+                   slow: np.ndarray) -> pa.Array:
+    """The texts of the doubles whose items start at ``start`` (tag byte, then 8 bytes)."""
+    xs = fixed_at(data, start + 1, 8).view(">f8").astype(np.float64)
+    finite = np.isfinite(xs)
+    if not finite.all():  # (infinities and NaNs: the per-value printer raises)
+        slow[value[~finite]] = True
+        xs[~finite] = 0.0
+    return double_texts(xs)
 
 
 def double_texts(fx: np.ndarray) -> pa.Array:

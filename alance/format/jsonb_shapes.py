@@ -41,9 +41,8 @@ from alance.format.jsonb_bulk import (
     TEXT_POOL,
     TRUE,
     bulk_text,
-    double_texts,
-    leaf_texts,
     needs_escape,
+    number_texts,
     ranges_binary,
     texts_at,
     u32_be,
@@ -62,18 +61,6 @@ MAX_SHAPE_ITEMS = 32
 
 #: Objects sampled to judge whether the objects of one header mostly share shapes.
 SHAPE_SAMPLE = 256
-
-#: The kind of a number item by ``tag * 16 + min(length, 15)`` (0: not one these kernels
-#: print), and how far an integer's last 8 bytes shift to keep its own (by length).
-_ZERO, _POSITIVE, _NEGATIVE, _DOUBLE = 1, 2, 3, 4
-_NUMBER_KIND = np.zeros(256 * 16, np.uint8)
-_NUMBER_KIND[0x00 * 16 + 1] = _ZERO
-_NUMBER_KIND[0x60 * 16 + 9] = _DOUBLE
-_CUT = np.zeros(16, np.uint64)
-for _width in (2, 3, 5, 9):
-    _NUMBER_KIND[0x50 * 16 + _width] = _POSITIVE
-    _NUMBER_KIND[0x40 * 16 + _width] = _NEGATIVE
-    _CUT[_width] = (72 - 8 * _width) % 64
 
 #: Arrays of at most this many items have their entries read as fixed windows.
 SHORT_ARRAY = 8
@@ -118,7 +105,7 @@ def _texts(data: np.ndarray, s: np.ndarray, e: np.ndarray, value: np.ndarray,
     if depth:
         # (a nested scalar header or a damaged container: the per-value printer decides)
         slow[value[~plain]] = True
-        rest = np.zeros(0, np.int64)
+        rest = _NONE
     else:
         rest = np.flatnonzero(~plain)  # top-level scalars, and damage: the generic kernel
     out: list[Pieces] = []
@@ -184,10 +171,11 @@ def _array_texts(data: np.ndarray, s: np.ndarray, count: np.ndarray, e: np.ndarr
         table = gather_ranges(data, s + 4, 4 * count).view(">u4").astype(np.uint32)
     typ = (table >> np.uint32(28)).astype(np.uint8)  # (8 and up: an end-offset JEntry)
     row = np.repeat(np.arange(n), count)
-    stop = np.cumsum(table & np.uint32(0x0FFFFFFF), dtype=np.int64)
+    length = (table & np.uint32(0x0FFFFFFF)).astype(np.int64)
+    stop = np.cumsum(length)
     # (each array's items start after its table)
     stop += np.repeat(s + 4 + 4 * count - np.concatenate(([0], stop))[offsets[:-1]], count)
-    start = stop - (table & np.uint32(0x0FFFFFFF))
+    start = stop - length
     bad = np.zeros(n, dtype=bool)
     bad[row[typ > CONTAINER]] = True
     bad[row[stop > e[row]]] = True
@@ -234,7 +222,7 @@ def _values_of(kind: int, data: np.ndarray, start: np.ndarray, stop: np.ndarray,
     if kind in _CONST:
         return [_CONST[kind]]
     if kind == NUMBER:
-        return [_number_texts(data, start, stop, value, slow)]
+        return [number_texts(data, start, stop, value, slow)]
     if kind == STRING:
         return ['"', _strings(data, start, stop, value, slow), '"']
     return _texts(data, start, stop, value, slow, depth + 1)
@@ -352,7 +340,7 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
                   [j for j in numbers if data[start[j, 0]] != 0x60]):
         if batch:
             at = np.array(batch)
-            text = _number_texts(data, start[at].ravel(), stop[at].ravel(),
+            text = number_texts(data, start[at].ravel(), stop[at].ravel(),
                                  np.tile(value, len(batch)), slow)
             number_text.update((j, text.slice(k * n, n)) for k, j in enumerate(batch))
     strings = [j for j in cols if kind[j] == STRING]
@@ -375,66 +363,6 @@ def _shape_text(data: np.ndarray, bounds: np.ndarray, typ: np.ndarray, value: np
             pieces += [lead, *_values(data, typ[j], start[j], stop[j], value, slow, depth)]
     pieces.append("}")
     return pieces
-
-
-def _number_texts(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
-                  slow: np.ndarray) -> pa.Array:
-    """The texts of the numbers ``data[start:stop]``: integers read as one column (each one's
-    last 8 bytes, cut to its width), doubles as another."""
-    width = stop - start
-    if not len(start) or int(width.min()) < 1 or int(stop.min()) < 8:
-        return _generic_numbers(data, start, stop, value, slow)
-    short = np.minimum(width, 15)
-    kind = _NUMBER_KIND[data[start].astype(np.intp) * 16 + short]
-    if not kind.all():  # (the generic printer marks what it cannot print)
-        return _generic_numbers(data, start, stop, value, slow)
-    is_float = kind == _DOUBLE
-    if is_float.all():
-        return _double_column(data, start, value, slow)
-    # (an integer's bytes end the 8-byte word that ends with its item, big endian)
-    words = fixed_at(data, stop - 8, 8).view(">u8").astype(np.uint64)
-    cut = _CUT[short]
-    words <<= cut
-    negative = kind == _NEGATIVE
-    if negative.any():
-        vals = np.where(negative, words.view(np.int64) >> cut.view(np.int64),
-                        (words >> cut).view(np.int64))
-    else:
-        words >>= cut
-        vals = words.view(np.int64)
-    big = (vals < 0) & (kind == _POSITIVE)
-    if big.any():  # beyond int64: the per-value printer
-        slow[value[big]] = True
-    vals[kind == _ZERO] = 0
-    if not is_float.any():
-        return pc.cast(pa.array(vals), _LSTR, memory_pool=TEXT_POOL)
-    floats = np.flatnonzero(is_float)
-    other = np.flatnonzero(~is_float)
-    where = np.empty(len(start), np.int64)
-    where[floats] = np.arange(len(floats))
-    where[other] = len(floats) + np.arange(len(other))
-    return texts_at([_double_column(data, start[floats], value[floats], slow),
-                     pc.cast(pa.array(vals[other]), _LSTR, memory_pool=TEXT_POOL)], where)
-
-
-def _double_column(data: np.ndarray, start: np.ndarray, value: np.ndarray,
-                   slow: np.ndarray) -> pa.Array:
-    """The texts of the doubles whose items start at ``start`` (tag byte, then 8 bytes)."""
-    xs = fixed_at(data, start + 1, 8).view(">f8").astype(np.float64)
-    finite = np.isfinite(xs)
-    if not finite.all():  # (infinities and NaNs: the per-value printer raises)
-        slow[value[~finite]] = True
-        xs[~finite] = 0.0
-    return double_texts(xs)
-
-
-def _generic_numbers(data: np.ndarray, start: np.ndarray, stop: np.ndarray, value: np.ndarray,
-                     slow: np.ndarray) -> pa.Array:
-    """:func:`_number_texts` by the generic kernel's printer (which marks what it cannot
-    print)."""
-    parts, piece = leaf_texts(data, np.full(len(start), NUMBER, np.uint8), start, stop,
-                              value, slow)
-    return texts_at(parts, piece)
 
 
 def _join(pieces: Pieces, n: int) -> pa.Array:

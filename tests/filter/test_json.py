@@ -184,3 +184,41 @@ def test_json_filter_functions_match_pylance(tmp_path: Path) -> None:
         ds.to_table(filter="json_exists(data, 'age')")
     with pytest.raises(InvalidInputError, match="JSON column"):
         ds.to_table(filter="json_exists(id, '$.a')")
+
+
+def _shaped_documents(n: int, seed: int = 3) -> list[str | None]:
+    """Documents of a few shapes (the shape kernel's case), leaves drawn from edge values:
+    escapes, non-ASCII, integers of every width, doubles near the printing bounds, booleans,
+    nulls and values of other types under the same key."""
+    rng = random.Random(seed)
+    leaves: list[Any] = [0, -1, 255, 1 << 40, -(1 << 63), (1 << 64) - 1, 0.1, 1e16, 1e-5, 100.0,
+                         -0.0, "x", 'q"t', "é😀", "line\nbreak", "", True, False, None]
+    docs: list[str | None] = []
+    for i in range(n):
+        if i % 50 == 0:
+            docs.append(None)
+            continue
+        doc = {"id": i, "name": f"user_{i}", "v": rng.choice(leaves),
+               "tags": [rng.choice(leaves) for _ in range(i % 5)],
+               "nested": {"ok": rng.random() < 0.5, "x": rng.choice(leaves),
+                          "items": [{"sku": j, "q": rng.choice(leaves)} for j in range(i % 3)]}}
+        if i % 3 == 0:
+            doc = {"kind": "other", "n": rng.choice(leaves), "list": [1, "a", None, [2]]}
+        docs.append(json.dumps(doc, ensure_ascii=i % 2 == 0))
+    return docs
+
+
+def test_json_of_shared_shapes_reads_like_pylance(tmp_path: Path,
+                                                  shape_kernel_calls: dict[str, int]) -> None:
+    from alance.format import jsonb_shapes
+
+    docs = _shaped_documents(8 * jsonb_shapes.MIN_SHAPE_ROWS)  # (two pieces of 8192)
+    ours, theirs = str(tmp_path / "a.lance"), str(tmp_path / "p.lance")
+    lance.write_dataset(_table(docs), theirs, data_storage_version="2.1")
+    al.write_dataset(_table(docs), ours, data_storage_version="2.1")
+    want = lance.dataset(theirs).to_table()
+    # pylance's files read by alance, and alance's files read by pylance: the same texts
+    assert al.open_dataset(theirs).to_table().equals(want)
+    assert lance.dataset(ours).to_table().equals(want)
+    assert al.open_dataset(ours).to_table().equals(want)
+    assert shape_kernel_calls["objects"] and shape_kernel_calls["arrays"]

@@ -96,22 +96,10 @@ def test_rare_and_wide_shapes_go_through_the_generic_kernel() -> None:
 
 
 @pytest.fixture
-def by_columns(monkeypatch) -> dict[str, int]:
+def by_columns(monkeypatch, shape_kernel_calls: dict[str, int]) -> dict[str, int]:
     """Shapes of a few objects printed by columns; how often each column path ran."""
     monkeypatch.setattr(jsonb_shapes, "MIN_SHAPE_ROWS", 8)
-    calls = {"objects": 0, "arrays": 0}
-
-    def counting(name: str, key: str) -> Any:
-        inner = getattr(jsonb_shapes, name)
-
-        def counted(*args: Any) -> Any:
-            calls[key] += 1
-            return inner(*args)
-        return counted
-
-    monkeypatch.setattr(jsonb_shapes, "_shape_text", counting("_shape_text", "objects"))
-    monkeypatch.setattr(jsonb_shapes, "_array_texts", counting("_array_texts", "arrays"))
-    return calls
+    return shape_kernel_calls
 
 
 def _outcome(fn: Any) -> Any:
