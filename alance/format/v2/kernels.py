@@ -318,7 +318,7 @@ def _fastlanes_transpose(packed: np.ndarray, out: np.ndarray, order: np.ndarray,
 _WIDE_SHIFTS_ZERO = bool(np.left_shift(np.array([1], np.uint64), np.uint64(64))[0] == 0)
 
 #: Bytes of values :func:`unpack_fastlanes` unpacks per pass (blocks of 1,024 values).
-UNPACK_TILE_BYTES = 128 * 1024
+UNPACK_TILE_BYTES = 512 * 1024
 
 
 def fastlanes_at(data: np.ndarray, block_start: np.ndarray, pos: np.ndarray, t: int,
