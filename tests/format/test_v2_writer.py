@@ -593,3 +593,35 @@ def test_top_level_empty_structs_both_ways(tmp_path: Path, version: str) -> None
     theirs = al.dataset(str(tmp_path / "p"))
     assert theirs.to_table() == table
     assert theirs.take([2, 0, 1]) == table.take([2, 0, 1])
+
+
+def test_columns_are_encoded_costliest_first_and_come_back_in_order() -> None:
+    """With a pool, a batch's big string column is submitted first (a batch lasts as long
+    as its last column), and the file is the same as one encoded column by column."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = 20_000
+    rng = np.random.default_rng(3)
+    table = pa.table({
+        "id": pa.array(np.arange(rows, dtype=np.int64)),
+        "x": pa.array(rng.random(rows)),
+        "s": pa.array([f"value-{v}" for v in rng.integers(0, 10**9, rows)]),
+        "k": pa.array(rng.integers(0, 5, rows, dtype=np.int32)),
+    })
+    schema = LanceSchema.from_arrow(table.schema)
+    started: list[str] = []
+    plain = V2FileWriter(schema, (2, 2))
+    pooled = V2FileWriter(schema, (2, 2))
+    encode = pooled._encode_field
+
+    def recording(field: tuple[object, pa.Array]) -> object:
+        started.append(field[0].name)  # type: ignore[attr-defined]
+        return encode(field)  # type: ignore[arg-type]
+
+    pooled._encode_field = recording  # type: ignore[method-assign]
+    with ThreadPoolExecutor(1) as pool:  # one thread: columns start in submission order
+        pooled_bytes = b"".join(bytes(b) for b in pooled.write_batch(table, pool))
+    plain_bytes = b"".join(bytes(b) for b in plain.write_batch(table))
+    assert started[0] == "s"
+    assert sorted(started) == sorted(table.column_names)
+    assert pooled_bytes + pooled.finish() == plain_bytes + plain.finish()

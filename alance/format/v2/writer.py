@@ -16,7 +16,8 @@ Memory stays bounded by one batch: nothing but page positions is kept between ca
 from __future__ import annotations
 
 import struct
-from concurrent.futures import Executor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
 
 import numpy as np
 import pyarrow as pa
@@ -237,8 +238,9 @@ class V2FileWriter:
         plain = [f for f in fields if not blob_version(f[0])]
         # Columns other than blobs are encoded independently (blobs, in order, below: they
         # place their values in ``out`` as they go).
-        done = iter(parallel.map(self._encode_field, plain) if parallel is not None
-                    and len(plain) > 1 else map(self._encode_field, plain))
+        done = iter(_longest_first(parallel, self._encode_field, plain)
+                    if parallel is not None and len(plain) > 1
+                    else map(self._encode_field, plain))
         for field in fields:
             if blob_version(field[0]):
                 encoded.append(self._encode_blob(field[0], field[1], out))
@@ -426,6 +428,38 @@ def _as_bytes(buf: Buffer) -> bytes | memoryview:
     if isinstance(buf, bytes):
         return buf
     return np.ascontiguousarray(buf).view(np.uint8).reshape(-1).data
+
+
+def _encode_cost(field: tuple[LanceField, pa.Array]) -> int:
+    """A rough guess of how long a column takes to encode: its bytes, variable-width values'
+    counted three times (they are hashed for a dictionary, or compressed)."""
+    arr = field[1]
+    t = arr.type
+    variable = (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+                or pa.types.is_large_binary(t))
+    return int(arr.nbytes) * (3 if variable else 1)
+
+
+_Pages = list[list[tuple[list[Buffer], Message, int]]]
+
+
+def _longest_first(pool: Executor, fn: Callable[[tuple[LanceField, pa.Array]], _Pages],
+                   items: list[tuple[LanceField, pa.Array]]) -> Iterator[_Pages]:
+    """``map(fn, items)`` on ``pool``, the costliest columns submitted first (see
+    :func:`_encode_cost`): a batch takes as long as its last column, and a big string column
+    submitted last would leave the other threads idle while it runs alone."""
+    order = sorted(range(len(items)), key=lambda i: -_encode_cost(items[i]))
+    futures: list[Future[_Pages] | None] = [None] * len(items)
+    try:
+        for i in order:
+            futures[i] = pool.submit(fn, items[i])
+        for f in futures:
+            assert f is not None
+            yield f.result()
+    finally:
+        for f in futures:
+            if f is not None:
+                f.cancel()
 
 
 def _page_slices(arr: pa.Array, page_bytes: int) -> list[tuple[int, int]]:
