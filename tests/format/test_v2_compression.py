@@ -338,3 +338,50 @@ def test_other_fixed_width_types(tmp_path: Path, version: str) -> None:
     cols["date_same"] = pa.array(np.full(n, 19000, np.int32), pa.date32())
     cols["bools"] = pa.array(np.arange(n) % 3 == 0)
     _roundtrip(pa.table(cols), str(tmp_path / "ds"), version)
+
+
+@pytest.mark.parametrize("t", [8, 16, 32, 64])
+def test_fastlanes_pack_into_rows_that_lie_apart(t: int) -> None:
+    """Packing into a strided view (the words of each chunk follow its width word) writes
+    every packed word in place, for every width."""
+    dtype = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[t]
+    lanes = 1024 // t
+    for w in range(t + 1):
+        vals = (RNG.integers(0, 2**w, (70, 1024), dtype=np.uint64, endpoint=False)
+                if w < 64 else RNG.integers(0, 2**63, (70, 1024), dtype=np.uint64) * 2 + 1)
+        vals = vals.astype(dtype)
+        rows = np.full((70, 1 + w * lanes), 7, dtype=dtype)
+        fastlanes_pack(vals, w, rows[:, 1:])
+        assert (rows[:, 0] == 7).all()
+        assert np.array_equal(rows[:, 1:], fastlanes_pack(vals, w)), (t, w)
+        assert np.array_equal(unpack_fastlanes(np.ascontiguousarray(rows[:, 1:]), t, w),
+                              vals), (t, w)
+
+
+@pytest.mark.parametrize("layout", ["runs", "scattered", "ragged tail", "zeros between"])
+def test_bitpack_runs_and_scattered_widths(layout: str) -> None:
+    """Blocks of one width in a few long runs (packed run by run) or changing block to block
+    (packed width by width): every value comes back, and each chunk has its own width."""
+    n = 1024 * 150 + (300 if layout == "ragged tail" else 0)
+    if layout in ("runs", "ragged tail"):
+        vals = np.arange(n, dtype=np.int64) * 3  # widths growing block by block, in runs
+    elif layout == "scattered":
+        bits = RNG.integers(1, 40, -(-n // 1024))
+        vals = (RNG.integers(0, 2**62, n) % (np.int64(1) << np.repeat(bits, 1024)[:n]))
+    else:
+        vals = np.zeros(n, np.int64)
+        vals[::5000] = RNG.integers(0, 2**30, len(vals[::5000]))
+    coded = bitpack(vals.view(np.uint8).reshape(-1, 8), 8)
+    assert coded is not None
+    words = coded.datas[0].view("<u8")
+    heads = coded.offsets[0][:-1] // 8
+    k = len(heads)
+    blocks = np.zeros(k * 1024, np.int64)
+    blocks[:n] = vals
+    expected = np.array([int(b).bit_length() for b in
+                         np.bitwise_or.reduce(blocks.reshape(k, 1024), axis=1)])
+    assert words[heads].tolist() == expected.tolist()
+    out = np.concatenate([
+        unpack_fastlanes(words[h + 1: h + 1 + int(w) * 16].reshape(1, -1), 64, int(w))[0]
+        if w else np.zeros(1024, np.uint64) for h, w in zip(heads, expected, strict=True)])
+    assert np.array_equal(out[:n].view(np.int64), vals)

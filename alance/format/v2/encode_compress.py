@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,8 @@ _DICT_SAMPLE = 4096
 #: Bit-packing must save at least 5 % (floats, whose exponent fills the top bits, save ~3 %:
 #: not worth the time; pylance packs them anyway).
 MAX_PACKED_SHARE = 0.95
+#: Fewer runs of blocks of one width than this are bit-packed run by run (else width by width).
+MAX_PACK_RUNS = 64
 #: Field metadata naming the compression a column asks for (``zstd``, ``none``, ...) and
 #: its level (pylance's keys).
 COMPRESSION_META_KEY = "lance-encoding:compression"
@@ -109,10 +112,31 @@ def _pack_plan(t: int, w: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.nd
     return slots, position[spill], word[spill] + 1, (t - shift[spill]).astype(dtype)
 
 
-def fastlanes_pack(values: np.ndarray, w: int) -> np.ndarray:
+def fastlanes_pack(values: np.ndarray, w: int, out: np.ndarray | None = None) -> np.ndarray:
     """Pack ``(k, 1024)`` unsigned ``T``-bit values (each below ``2 ** w``) into
     ``(k, w * 1024 / T)`` words, FastLanes order (what :func:`~.kernels.unpack_fastlanes`
-    undoes)."""
+    undoes). ``out``, if given, is a ``(k, w * 1024 / T)`` view (rows may lie apart) to pack
+    into, and is returned."""
+    k = values.shape[0]
+    dtype = values.dtype.type
+    t = values.dtype.itemsize * 8
+    lanes = BITPACK_CHUNK // t
+    if t == 64 and 0 < w < t and k:
+        if out is None:
+            out = np.empty((k, w * lanes), dtype=dtype)
+        words = out.view()
+        words.shape = (k, w, lanes)  # (raises rather than copy: the packing must land in out)
+        _pack_by_words(values.reshape(k, t, lanes), w, words)
+        return out
+    packed = _pack_by_slots(values, w)
+    if out is None:
+        return packed
+    out[...] = packed
+    return out
+
+
+def _pack_by_slots(values: np.ndarray, w: int) -> np.ndarray:
+    """:func:`fastlanes_pack` a slot at a time over all the blocks (see :func:`_pack_plan`)."""
     k = values.shape[0]
     dtype = values.dtype.type
     t = values.dtype.itemsize * 8
@@ -133,6 +157,63 @@ def fastlanes_pack(values: np.ndarray, w: int) -> np.ndarray:
     return out.reshape(k, w * lanes)
 
 
+@cache
+def _word_plan(t: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows that make up each packed word, word after word: for word ``i``, first the
+    row spilling into it from word ``i - 1`` (if any), then the rows starting in it. Returns
+    their positions (value order), left and right shifts (``(1, m, lanes)``, each row's bits
+    moved to where they lie in the word: a spilling row's high bits come down, the others'
+    go up) and the index of each word's first contribution."""
+    position = np.argsort(_row_order(t))
+    word, shift = divmod(np.arange(t, dtype=np.int64) * w, t)
+    rows: list[int] = []
+    left: list[int] = []
+    right: list[int] = []
+    first: list[int] = []
+    for i in range(w):
+        first.append(len(rows))
+        prev = np.flatnonzero(word == i - 1)
+        if len(prev) and shift[prev[-1]] + w > t:  # the last row of word i - 1 spills
+            rows.append(int(position[prev[-1]]))
+            left.append(0)
+            right.append(int(t - shift[prev[-1]]))
+        for r in np.flatnonzero(word == i).tolist():
+            rows.append(int(position[r]))
+            left.append(int(shift[r]))
+            right.append(0)
+    lanes = BITPACK_CHUNK // t
+    dtype = _UINT[t]
+
+    def per_lane(shifts: list[int]) -> np.ndarray:
+        return np.ascontiguousarray(np.repeat(np.array(shifts, dtype=dtype)[None, :, None],
+                                              lanes, 2))
+
+    return (np.array(rows, dtype=np.int64), per_lane(left), per_lane(right),
+            np.array(first, dtype=np.int64))
+
+
+#: Blocks :func:`_pack_by_words` packs per pass (64 blocks of 64-bit values: 512 KiB).
+PACK_TILE_BLOCKS = 64
+
+
+def _pack_by_words(grid: np.ndarray, w: int, out: np.ndarray) -> None:
+    """Pack ``grid`` (``(k, t, lanes)``) into ``out`` (``(k, w, lanes)``) a tile of blocks at
+    a time: every row that touches a word, in word order (one take), shifted into place, then
+    each word's rows ORed together (``bitwise_or.reduceat``). For 64-bit words this is 1.2-1.7x
+    faster than slots over all the blocks; for narrower words it is not."""
+    k, t, lanes = grid.shape
+    rows, left, right, first = _word_plan(t, w)
+    tmp = np.empty((min(PACK_TILE_BLOCKS, k), len(rows), lanes), dtype=grid.dtype)
+    for i in range(0, k, PACK_TILE_BLOCKS):
+        part = grid[i: i + PACK_TILE_BLOCKS]
+        moved = tmp[: len(part)]
+        # (mode "clip": the rows are the plan's own; numpy's default copies once more)
+        np.take(part, rows, axis=1, out=moved, mode="clip")
+        moved <<= left
+        moved >>= right
+        np.bitwise_or.reduceat(moved, first, axis=1, out=out[i: i + PACK_TILE_BLOCKS])
+
+
 def _bit_lengths(ors: np.ndarray, t: int) -> np.ndarray:
     """Bit length of every value of ``ors`` (unsigned, ``t`` bits)."""
     powers = np.left_shift(np.ones(t, dtype=np.uint64), np.arange(t, dtype=np.uint64))
@@ -150,23 +231,34 @@ def bitpack(raw: np.ndarray, width: int) -> CodedChunks | None:
         return None
     dtype = _UINT[t]
     k = -(-n // BITPACK_CHUNK)
-    vals = np.zeros(k * BITPACK_CHUNK, dtype=dtype)
-    vals[:n] = np.ascontiguousarray(raw).view(f"<u{width}").reshape(-1)
-    blocks = vals.reshape(k, BITPACK_CHUNK)
+    flat = np.ascontiguousarray(raw).view(f"<u{width}").reshape(-1)
+    if n % BITPACK_CHUNK == 0 and flat.ctypes.data % width == 0:
+        blocks = flat.view(dtype).reshape(k, BITPACK_CHUNK)  # (read only: no copy needed)
+    else:  # the last block padded with zeros
+        vals = np.empty(k * BITPACK_CHUNK, dtype=dtype)
+        vals[:n] = flat
+        vals[n:] = 0
+        blocks = vals.reshape(k, BITPACK_CHUNK)
     widths = _bit_lengths(np.bitwise_or.reduce(blocks, axis=1), t)
     lanes = BITPACK_CHUNK // t
     words = 1 + widths * lanes  # per chunk: the width word, then the packed words
     if int(words.sum()) > MAX_PACKED_SHARE * n:
         return None
     word_off = np.concatenate(([0], np.cumsum(words))).astype(np.int64)
-    out = np.zeros(int(word_off[-1]), dtype=dtype)
+    out = np.empty(int(word_off[-1]), dtype=dtype)  # (every word is written below)
     out[word_off[:-1]] = widths.astype(dtype)
-    kinds = np.unique(widths).tolist()
-    if len(kinds) == 1:  # one width: chunks are rows of one matrix
-        grid = out.reshape(k, int(words[0]))
-        grid[:, 1:] = fastlanes_pack(blocks, kinds[0])
-    else:
-        for w in kinds:
+    # Runs of blocks of one width (a sequence or a slowly growing column has a few long
+    # ones): each is a slice of the blocks packed into a strided view of ``out``.
+    run_at = np.flatnonzero(widths[1:] != widths[:-1]) + 1
+    if len(run_at) < MAX_PACK_RUNS:
+        bounds = [0, *run_at.tolist(), k]
+        for a, b in pairwise(bounds):
+            w = int(widths[a])
+            if w:
+                rows = out[int(word_off[a]): int(word_off[b])].reshape(b - a, 1 + w * lanes)
+                fastlanes_pack(blocks[a:b], w, rows[:, 1:])
+    else:  # widths that vary block to block: each width's blocks gathered and scattered
+        for w in np.unique(widths).tolist():
             if w == 0:
                 continue
             sel = np.flatnonzero(widths == w)
