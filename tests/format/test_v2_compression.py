@@ -5,6 +5,7 @@ zstd-compressed variable-width chunks. Every file is read back by pylance and by
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -385,3 +386,43 @@ def test_bitpack_runs_and_scattered_widths(layout: str) -> None:
         unpack_fastlanes(words[h + 1: h + 1 + int(w) * 16].reshape(1, -1), 64, int(w))[0]
         if w else np.zeros(1024, np.uint64) for h, w in zip(heads, expected, strict=True)])
     assert np.array_equal(out[:n].view(np.int64), vals)
+
+
+def test_plain_leaves_shred_as_the_walk_does() -> None:
+    """A leaf column without nulls skips the per-item walk: the result is the walk's."""
+    from alance.format.schema import LanceSchema
+    from alance.format.v2 import encode_levels as lv
+
+    n = 300
+    table = pa.table({
+        "i": pa.array(np.arange(n, dtype=np.int64)),
+        "f": pa.array(RNG.random(n)),
+        "s": pa.array([f"s{i}" for i in range(n)]),
+        "b": pa.array(np.arange(n) % 2 == 0),
+        "fsl": pa.FixedSizeListArray.from_arrays(pa.array(RNG.random(4 * n)), 4),
+        "d": pa.array([f"k{i % 3}" for i in range(n)]).dictionary_encode(),
+        "ts": pa.array(np.arange(n), pa.timestamp("us")),
+        "dec": pa.array([decimal.Decimal(i) for i in range(n)], pa.decimal128(10, 0)),
+        "i8": pa.array(np.arange(n) % 100, pa.int8()),
+    })
+    schema = LanceSchema.from_arrow(table.schema)
+    for field, name in zip(schema.fields, table.column_names, strict=True):
+        arr = table.column(name).combine_chunks()
+        assert lv._plain_leaf(field, arr), name
+        fast = lv.shred(field, arr)
+        items = lv._Items(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                          np.full(n, -1, dtype=np.int64))
+        slow: list[lv.Shredded] = []
+        lv._walk(field, arr, items, [], 0, n, slow)
+        assert len(fast) == len(slow) == 1
+        a, b = fast[0], slow[0]
+        assert (a.layers, a.rep, a.defs, a.visible, a.num_rows, a.max_rep, a.max_def) == (
+            b.layers, b.rep, b.defs, b.visible, b.num_rows, b.max_rep, b.max_def), name
+        assert a.values.equals(b.values), name
+    # Not plain: nulls, lists, structs of columns.
+    nulls = pa.array([1, None, 3])
+    lists = pa.array([[1], [], [2, 3]])
+    struct = pa.array([{"x": 1}, {"x": 2}, {"x": 3}])
+    for arr in (nulls, lists, struct):
+        field = LanceSchema.from_arrow(pa.schema([("c", arr.type)])).fields[0]
+        assert not lv._plain_leaf(field, arr)
