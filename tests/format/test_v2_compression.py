@@ -426,3 +426,30 @@ def test_plain_leaves_shred_as_the_walk_does() -> None:
     for arr in (nulls, lists, struct):
         field = LanceSchema.from_arrow(pa.schema([("c", arr.type)])).fields[0]
         assert not lv._plain_leaf(field, arr)
+
+
+def test_chunk_parts_interleaved_as_concatenated() -> None:
+    """Mini-block chunks laid out as a matrix (equal chunks) equal the chunk-by-chunk
+    concatenation, padding included; anything irregular takes the concatenation."""
+    from alance.format.v2 import encode_pages as ep
+
+    data = RNG.integers(0, 256, 100_000, dtype=np.uint8)
+    k = 50
+    heads = RNG.integers(0, 256, (k, 6), dtype=np.uint8)
+    head_parts = ep._Ranges(heads.reshape(-1), np.arange(k) * 6, np.full(k, 6))
+    cases = {
+        "equal chunks": ep._Ranges(data, np.arange(k) * 1003, np.r_[np.full(k - 1, 1003), 17]),
+        "gaps between": ep._Ranges(data, np.arange(k) * 1100, np.r_[np.full(k - 1, 1003), 5]),
+        "sizes vary": ep._Ranges(data, np.arange(k) * 1003, RNG.integers(1, 1003, k)),
+        "uneven starts": ep._Ranges(data, np.sort(RNG.choice(50_000, k, replace=False)),
+                                    np.full(k, 40)),
+    }
+    assert cases["equal chunks"].rows(k - 1) is not None  # (the matrix path is taken)
+    assert cases["sizes vary"].rows(k - 1) is None
+    for name, values in cases.items():
+        for columns in ([head_parts, values], [head_parts, values, values]):
+            got = ep._interleave(list(columns))
+            assert np.array_equal(got, ep._concatenated(list(columns))), name
+    lists = ([heads[c] for c in range(k)], np.full(k, 6))  # arrays per chunk: concatenated
+    assert np.array_equal(ep._interleave([lists, cases["equal chunks"]]),
+                          ep._concatenated([head_parts, cases["equal chunks"]]))

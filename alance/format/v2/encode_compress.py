@@ -277,6 +277,8 @@ def bitpack(raw: np.ndarray, width: int) -> CodedChunks | None:
 RLE_CHUNK = 2048
 #: RLE is chosen when the page has fewer runs than this share of its values (as pylance).
 RLE_THRESHOLD = 0.5
+#: Values per window :func:`rle` samples (three windows) before it counts runs in a page.
+RLE_SAMPLE = 4096
 
 
 def rle(raw: np.ndarray, width: int) -> CodedChunks | None:
@@ -288,6 +290,15 @@ def rle(raw: np.ndarray, width: int) -> CodedChunks | None:
     if t not in _UINT or n == 0:
         return None
     vals = np.ascontiguousarray(raw).view(f"<u{width}").reshape(-1)
+    if n >= 4 * RLE_SAMPLE:
+        # A few windows first: values that change nearly every time in all of them are
+        # far from RLE's threshold, and the whole page need not be compared.
+        changes = 0
+        for at in (0, n // 2, n - RLE_SAMPLE):
+            w = vals[at: at + RLE_SAMPLE]
+            changes += int(np.count_nonzero(w[1:] != w[:-1]))
+        if changes >= 0.9 * 3 * (RLE_SAMPLE - 1):
+            return None
     change = np.empty(n, dtype=bool)
     change[0] = True
     np.not_equal(vals[1:], vals[:-1], out=change[1:])

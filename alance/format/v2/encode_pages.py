@@ -18,8 +18,7 @@ Pure: arrays in, bytes out.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from itertools import pairwise
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -142,6 +141,8 @@ def _all_equal(sh: Shredded, vd: ValueData) -> bool:
             or not bitpackable(vd) or vd.dictionary is not None):
         return False
     vals = np.ascontiguousarray(vd.data).view(f"<u{vd.width}").reshape(-1)
+    if (vals[:: max(1, len(vals) // 64)] != vals[0]).any():  # (most pages: decided here)
+        return False
     return bool((vals == vals[0]).all())
 
 
@@ -258,19 +259,19 @@ def _miniblock(sh: Shredded, vd: ValueData, large: bool) -> EncodedPage | None:
     heads = _chunk_headers(i1 - i0 if n_levels else np.zeros(len(starts), np.int64),
                            level_sizes, bufs, word)
     # Every chunk: header, levels, value buffers, each padded to 8 bytes.
-    columns: list[tuple[list[np.ndarray], np.ndarray]] = [
-        (list(heads), np.full(len(starts), heads.shape[1], dtype=np.int64))]
+    head_width = heads.shape[1]
+    columns: list[_Parts] = [_Ranges(np.ascontiguousarray(heads).reshape(-1),
+                                     np.arange(len(starts), dtype=np.int64) * head_width,
+                                     np.full(len(starts), head_width, dtype=np.int64))]
     for lv in (rep, defs):
         if lv is not None:
             columns.append((lv[1], lv[2]))
     if coded is not None:
         for data, at, size in zip(coded.datas, coded.offsets, coded.sizes, strict=True):
-            bounds = at.tolist()
-            columns.append(([data[x:y] for x, y in pairwise(bounds)], size))
+            columns.append(_Ranges(data, at[:-1], size))
     elif vd.kind == FIXED and vd.leaf_bits != 1 and all(v is None for v in vd.valids):
         raw, w = _raw_values(vd), vd.width  # plain bytes: slices of the values
-        columns.append(([raw[a * w: b * w] for a, b in
-                         zip(starts.tolist(), v1.tolist(), strict=True)], bufs[0]))
+        columns.append(_Ranges(raw.reshape(-1), starts * w, bufs[0]))
     else:
         raw_values = _raw_values(vd)
         per_chunk = [_chunk_values(vd, raw_values, a, b)
@@ -401,11 +402,78 @@ def _levels(levels: np.ndarray, i0: np.ndarray, i1: np.ndarray,
     return enc, parts, np.array([len(p) for p in parts], dtype=np.int64)
 
 
-def _interleave(columns: list[tuple[list[np.ndarray], np.ndarray]]) -> np.ndarray:
-    """Chunk after chunk, the parts of every column (``(arrays, sizes)``, one array per chunk),
-    each padded to 8 bytes."""
+@dataclass
+class _Ranges:
+    """One part of every chunk as ranges of one buffer: chunk ``c``'s part is
+    ``data[starts[c]:starts[c] + sizes[c]]``."""
+
+    data: np.ndarray  # uint8
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def arrays(self) -> list[np.ndarray]:
+        return [self.data[a: a + n] for a, n in
+                zip(self.starts.tolist(), self.sizes.tolist(), strict=True)]
+
+    def rows(self, k: int) -> np.ndarray | None:
+        """Chunks ``0..k-1``'s parts as rows of a strided view, when they have one size and
+        lie evenly spaced (as equal chunks of one buffer do); else None."""
+        if k < 2:
+            return None
+        size, step = int(self.sizes[0]), int(self.starts[1] - self.starts[0])
+        if (step < size or (self.sizes[:k] != size).any()
+                or (np.diff(self.starts[:k]) != step).any()):
+            return None
+        first = int(self.starts[0])
+        if first < 0 or first + (k - 1) * step + size > len(self.data):
+            return None
+        return np.lib.stride_tricks.as_strided(self.data[first:], shape=(k, size),
+                                               strides=(step * self.data.strides[0],
+                                                        self.data.strides[0]),
+                                               writeable=False)
+
+
+#: A part of every chunk: one array per chunk and their sizes, or :class:`_Ranges`.
+_Parts = tuple[list[np.ndarray], np.ndarray] | _Ranges
+
+
+def _interleave(columns: list[_Parts]) -> np.ndarray:
+    """Chunk after chunk, the parts of every column, each padded to 8 bytes.
+
+    When every part has one size in all chunks but the last and comes as evenly spaced
+    ranges of a buffer (plain or bit-packed values of equal chunks), the chunks but the last
+    are laid out as a matrix, a strided copy per part, not a concatenation of thousands of
+    small arrays."""
+    k = len(columns[0].sizes if isinstance(columns[0], _Ranges) else columns[0][1])
+    ranges = [c for c in columns if isinstance(c, _Ranges)]
+    if k < 3 or len(ranges) != len(columns):
+        return _concatenated(columns)
+    grids: list[np.ndarray] = []
+    for c in ranges:
+        grid = c.rows(k - 1)
+        if grid is None:
+            return _concatenated(columns)
+        grids.append(grid)
+    widths = [int(g.shape[1]) for g in grids]
+    padded = [w + (-w) % ALIGN for w in widths]
+    row = sum(padded)
+    last = _concatenated([_Ranges(c.data, c.starts[k - 1:], c.sizes[k - 1:]) for c in ranges])
+    out = np.empty((k - 1) * row + len(last), dtype=np.uint8)
+    matrix = out[: (k - 1) * row].reshape(k - 1, row)
+    at = 0
+    for grid, w, p in zip(grids, widths, padded, strict=True):
+        matrix[:, at: at + w] = grid
+        matrix[:, at + w: at + p] = 0
+        at += p
+    out[(k - 1) * row:] = last
+    return out
+
+
+def _concatenated(columns: list[_Parts]) -> np.ndarray:
+    """:func:`_interleave` by concatenating every part and pad of every chunk."""
     lists: list[list[np.ndarray]] = []
-    for arrays, sizes in columns:
+    for col in columns:
+        arrays, sizes = (col.arrays(), col.sizes) if isinstance(col, _Ranges) else col
         lists.append(arrays)
         pads = (-sizes) % ALIGN
         if pads.any():
