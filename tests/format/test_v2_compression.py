@@ -437,12 +437,14 @@ def test_chunk_parts_interleaved_as_concatenated() -> None:
     k = 50
     heads = RNG.integers(0, 256, (k, 6), dtype=np.uint8)
     head_parts = ep._Ranges(heads.reshape(-1), np.arange(k) * 6, np.full(k, 6))
+    run_sizes = np.r_[np.full(10, 100), np.full(20, 203), np.full(2, 7), np.full(18, 50)]
     cases = {
         "equal chunks": ep._Ranges(data, np.arange(k) * 1003, np.r_[np.full(k - 1, 1003), 17]),
         "gaps between": ep._Ranges(data, np.arange(k) * 1100, np.r_[np.full(k - 1, 1003), 5]),
         "sizes vary": ep._Ranges(data, np.arange(k) * 1003, RNG.integers(1, 1003, k)),
         "uneven starts": ep._Ranges(data, np.sort(RNG.choice(50_000, k, replace=False)),
                                     np.full(k, 40)),
+        "runs of sizes": ep._Ranges(data, np.r_[0, np.cumsum(run_sizes)[:-1]], run_sizes),
     }
     assert cases["equal chunks"].rows(k - 1) is not None  # (the matrix path is taken)
     assert cases["sizes vary"].rows(k - 1) is None

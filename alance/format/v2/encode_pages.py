@@ -19,6 +19,7 @@ Pure: arrays in, bytes out.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -440,33 +441,49 @@ _Parts = tuple[list[np.ndarray], np.ndarray] | _Ranges
 def _interleave(columns: list[_Parts]) -> np.ndarray:
     """Chunk after chunk, the parts of every column, each padded to 8 bytes.
 
-    When every part has one size in all chunks but the last and comes as evenly spaced
-    ranges of a buffer (plain or bit-packed values of equal chunks), the chunks but the last
-    are laid out as a matrix, a strided copy per part, not a concatenation of thousands of
-    small arrays."""
-    k = len(columns[0].sizes if isinstance(columns[0], _Ranges) else columns[0][1])
+    Runs of chunks whose parts keep one size and come as evenly spaced ranges of a buffer
+    (plain values, or bit-packed values of one width) are laid out as a matrix, a strided copy
+    per part; other chunks are concatenated part by part (thousands of small arrays)."""
     ranges = [c for c in columns if isinstance(c, _Ranges)]
-    if k < 3 or len(ranges) != len(columns):
+    k = len(columns[0].sizes if isinstance(columns[0], _Ranges) else columns[0][1])
+    if k < MATRIX_MIN_CHUNKS or len(ranges) != len(columns):
         return _concatenated(columns)
-    grids: list[np.ndarray] = []
+    changes = np.zeros(k - 1, dtype=bool)
     for c in ranges:
-        grid = c.rows(k - 1)
+        changes |= c.sizes[1:] != c.sizes[:-1]
+    cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), k]
+    if len(cuts) - 1 > k // MATRIX_MIN_CHUNKS:  # sizes vary chunk to chunk
+        return _concatenated(columns)
+    pieces: list[np.ndarray] = []
+    for a, b in pairwise(cuts):
+        part = [_Ranges(c.data, c.starts[a:b], c.sizes[a:b]) for c in ranges]
+        laid = _matrix(part, b - a) if b - a >= MATRIX_MIN_CHUNKS else None
+        pieces.append(laid if laid is not None else _concatenated(list(part)))
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+#: Runs of at least this many equal chunks are laid out as a matrix by :func:`_interleave`.
+MATRIX_MIN_CHUNKS = 4
+
+
+def _matrix(columns: list[_Ranges], k: int) -> np.ndarray | None:
+    """``k`` chunks whose parts each have one size, as rows of a matrix (None when a part's
+    ranges are not evenly spaced)."""
+    grids: list[np.ndarray] = []
+    for c in columns:
+        grid = c.rows(k)
         if grid is None:
-            return _concatenated(columns)
+            return None
         grids.append(grid)
     widths = [int(g.shape[1]) for g in grids]
     padded = [w + (-w) % ALIGN for w in widths]
-    row = sum(padded)
-    last = _concatenated([_Ranges(c.data, c.starts[k - 1:], c.sizes[k - 1:]) for c in ranges])
-    out = np.empty((k - 1) * row + len(last), dtype=np.uint8)
-    matrix = out[: (k - 1) * row].reshape(k - 1, row)
+    out = np.empty((k, sum(padded)), dtype=np.uint8)
     at = 0
     for grid, w, p in zip(grids, widths, padded, strict=True):
-        matrix[:, at: at + w] = grid
-        matrix[:, at + w: at + p] = 0
+        out[:, at: at + w] = grid
+        out[:, at + w: at + p] = 0
         at += p
-    out[(k - 1) * row:] = last
-    return out
+    return out.reshape(-1)
 
 
 def _concatenated(columns: list[_Parts]) -> np.ndarray:
