@@ -389,7 +389,7 @@ def test_bitpack_runs_and_scattered_widths(layout: str) -> None:
 
 
 def test_plain_leaves_shred_as_the_walk_does() -> None:
-    """A leaf column without nulls skips the per-item walk: the result is the walk's."""
+    """A leaf column (nulls or not) skips the per-item walk: the result is the walk's."""
     from alance.format.schema import LanceSchema
     from alance.format.v2 import encode_levels as lv
 
@@ -404,6 +404,11 @@ def test_plain_leaves_shred_as_the_walk_does() -> None:
         "ts": pa.array(np.arange(n), pa.timestamp("us")),
         "dec": pa.array([decimal.Decimal(i) for i in range(n)], pa.decimal128(10, 0)),
         "i8": pa.array(np.arange(n) % 100, pa.int8()),
+        "i_nulls": pa.array(np.arange(n), mask=np.arange(n) % 7 == 0),
+        "s_nulls": pa.array([None if i % 5 == 0 else f"s{i}" for i in range(n)]),
+        "all_null_ints": pa.nulls(n, pa.int32()),
+        "fsl_nulls": pa.FixedSizeListArray.from_arrays(pa.array(RNG.random(2 * n)), 2,
+                                                       mask=pa.array(np.arange(n) % 3 == 0)),
     })
     schema = LanceSchema.from_arrow(table.schema)
     for field, name in zip(schema.fields, table.column_names, strict=True):
@@ -416,11 +421,14 @@ def test_plain_leaves_shred_as_the_walk_does() -> None:
         lv._walk(field, arr, items, [], 0, n, slow)
         assert len(fast) == len(slow) == 1
         a, b = fast[0], slow[0]
-        assert (a.layers, a.rep, a.defs, a.visible, a.num_rows, a.max_rep, a.max_def) == (
-            b.layers, b.rep, b.defs, b.visible, b.num_rows, b.max_rep, b.max_def), name
+        assert (a.layers, a.rep, a.visible, a.num_rows, a.max_rep, a.max_def) == (
+            b.layers, b.rep, b.visible, b.num_rows, b.max_rep, b.max_def), name
+        assert (a.defs is None) == (b.defs is None), name
+        if a.defs is not None:
+            assert a.defs.dtype == b.defs.dtype and np.array_equal(a.defs, b.defs), name
         assert a.values.equals(b.values), name
-    # Not plain: nulls, lists, structs of columns.
-    nulls = pa.array([1, None, 3])
+    # Not plain: the null type, lists, structs of columns.
+    nulls = pa.nulls(3)
     lists = pa.array([[1], [], [2, 3]])
     struct = pa.array([{"x": 1}, {"x": 2}, {"x": 3}])
     for arr in (nulls, lists, struct):

@@ -101,8 +101,11 @@ def shred(field: LanceField, arr: pa.Array) -> list[Shredded]:
     """The leaf columns of ``field`` for the rows of ``arr`` (depth-first leaf order)."""
     n = len(arr)
     arr = storage_of(arr)
-    if _plain_leaf(field, arr):  # one item per row, every one valid: no levels to work out
-        return [Shredded(field, [pb.REPDEF_ALL_VALID_ITEM], None, None, arr, None, n, 0, 0)]
+    if _plain_leaf(field, arr):  # one item per row: no items to build
+        if arr.null_count == 0:
+            return [Shredded(field, [pb.REPDEF_ALL_VALID_ITEM], None, None, arr, None, n, 0, 0)]
+        defs = np.asarray(arr.is_null()).astype(np.uint16)  # def level 1: a null item
+        return [Shredded(field, [pb.REPDEF_NULLABLE_ITEM], None, defs, arr, None, n, 0, 1)]
     items = _Items(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                    np.full(n, -1, dtype=np.int64))
     out: list[Shredded] = []
@@ -111,10 +114,10 @@ def shred(field: LanceField, arr: pa.Array) -> list[Shredded]:
 
 
 def _plain_leaf(field: LanceField, arr: pa.Array) -> bool:
-    """Whether ``arr`` is a leaf (not a struct of columns, not a list) without nulls: what
-    :func:`_walk` makes of it is then known without building its items."""
+    """Whether ``arr`` is a leaf (not a struct of columns, not a list, not of the null type):
+    what :func:`_walk` makes of it is then known without building its items."""
     t = arr.type
-    return (arr.null_count == 0 and not pa.types.is_null(t)
+    return (not pa.types.is_null(t)
             and not (pa.types.is_struct(t) and not is_packed_struct(field))
             and not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)))
 
