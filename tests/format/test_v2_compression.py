@@ -463,3 +463,24 @@ def test_chunk_parts_interleaved_as_concatenated() -> None:
     lists = ([heads[c] for c in range(k)], np.full(k, 6))  # arrays per chunk: concatenated
     assert np.array_equal(ep._interleave([lists, cases["equal chunks"]]),
                           ep._concatenated([head_parts, cases["equal chunks"]]))
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_variable_chunks_laid_out_at_once(large: bool) -> None:
+    """The zstd input of variable-width chunks, built for all chunks at once, is each chunk's
+    relative offsets and padded data, chunk after chunk."""
+    from alance.format.v2 import encode_pages as ep
+    from alance.format.v2.encode_values import value_data
+
+    words = [("x" * int(n)) for n in RNG.integers(0, 9, 5000)]
+    arr = pa.array(words, pa.large_string() if large else pa.string())
+    vd = value_data(arr)
+    starts = np.array([0, 1, 700, 701, 2500, 4999])
+    data, offsets = ep._variable_chunk_bytes(vd, starts)
+    raw = ep._raw_values(vd)
+    ends = np.append(starts[1:], vd.n)
+    expected = [np.concatenate(ep._chunk_values(vd, raw, a, b))
+                for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    assert np.array_equal(data, np.concatenate(expected))
+    assert offsets.tolist() == np.concatenate(([0], np.cumsum([len(e) for e in expected]))
+                                              ).tolist()

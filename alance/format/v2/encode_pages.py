@@ -56,6 +56,7 @@ from alance.format.v2.encode_values import (
     value_data,
     value_encoding,
 )
+from alance.format.v2.kernels import range_indices
 
 ALIGN = 8
 MAX_CHUNK_BYTES = 32 * 1024
@@ -335,13 +336,7 @@ def _coded(sh: Shredded, vd: ValueData, value_item: np.ndarray | None, n_levels:
             starts = _plan_chunks(sh, vd, value_item, n_levels, word, chunk_bytes)
             if starts is None:
                 continue
-            v1 = np.append(starts[1:], vd.n)
-            raw = _raw_values(vd)
-            pieces = [np.concatenate(_chunk_values(vd, raw, a, b))
-                      for a, b in zip(starts.tolist(), v1.tolist(), strict=True)]
-            offsets = np.concatenate(([0], np.cumsum([len(p) for p in pieces]))).astype(
-                np.int64)
-            packed = zstd_chunks(np.concatenate(pieces), offsets, level)
+            packed = zstd_chunks(*_variable_chunk_bytes(vd, starts), level)
             if packed is not None:
                 coded = _fitting(CodedChunks(starts, [packed[0]], [packed[1]],
                                              general(value_encoding(vd), level)),
@@ -516,6 +511,35 @@ def _raw_values(vd: ValueData) -> np.ndarray:
         assert vd.bits is not None
         return vd.bits
     return np.ascontiguousarray(vd.data).reshape(-1)
+
+
+def _variable_chunk_bytes(vd: ValueData, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of variable-width chunks starting at values ``starts``, back to back (what
+    :func:`_chunk_values` gives each chunk: its offsets relative to the chunk, then its data
+    padded to the offset width), and the byte offset of every chunk (one more than chunks).
+    The offsets of all chunks are computed at once and everything is copied once."""
+    assert vd.offsets is not None
+    ob = vd.offset_bytes
+    raw = _raw_values(vd)
+    v1 = np.append(starts[1:], vd.n)
+    offs = np.asarray(vd.offsets, dtype=np.int64)
+    counts = v1 - starts + 1  # offsets per chunk
+    first = offs[starts]
+    rel = offs[range_indices(starts, counts)] - np.repeat(first - ob * counts, counts)
+    rel_bytes = rel.astype(f"<u{ob}").view(np.uint8)
+    data_len = offs[v1] - first
+    pads = (-data_len) % ob
+    rel_at = np.concatenate(([0], np.cumsum(counts * ob))).tolist()
+    pieces: list[np.ndarray] = []
+    for c, (lo, hi, pad) in enumerate(zip(first.tolist(), offs[v1].tolist(), pads.tolist(),
+                                          strict=True)):
+        pieces.append(rel_bytes[rel_at[c]: rel_at[c + 1]])
+        pieces.append(raw[lo:hi])
+        if pad:
+            pieces.append(_ZEROS[:pad])
+    sizes = counts * ob + data_len + pads
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.uint8),
+            np.concatenate(([0], np.cumsum(sizes))).astype(np.int64))
 
 
 def _chunk_values(vd: ValueData, raw: np.ndarray, a: int, b: int) -> list[np.ndarray]:
