@@ -1,7 +1,7 @@
 """alance vs pylance, side by side on the same synthetic table.
 
     python benchmarks/compare_pylance.py [--rows 2000000] [--repeat 3] [--profile auto]
-                                         [--format legacy|2.1|2.2]
+                                         [--format legacy|2.0|2.1|2.2]
 
 ``--format`` is the data storage version of the dataset pylance writes and both engines read
 (default ``legacy``, i.e. v0.2 files; ``2.2`` is what pylance writes by default).
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="operation to profile with cProfile, 'auto' (slowest relative to "
                              "pylance) or 'none'")
     parser.add_argument("--profile-lines", type=int, default=25)
-    parser.add_argument("--format", default="legacy", choices=["legacy", "2.1", "2.2"],
+    parser.add_argument("--format", default="legacy", choices=["legacy", "2.0", "2.1", "2.2"],
                         help="data storage version of the dataset pylance writes")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.repeat < 1:
