@@ -226,7 +226,11 @@ def _status_in(exc: BaseException, codes: Sequence[int]) -> bool:
 
 
 class Upload(Protocol):
-    """A streaming write of one object: visible only after :meth:`complete`."""
+    """A streaming write of one object: visible only after :meth:`complete`.
+
+    An upload may also offer ``async write_parts(parts)``: several buffers written as if
+    joined, without joining them (:class:`~alance.io.store.ObjectWriter` then hands its
+    gathered writes over as they are)."""
 
     async def write(self, data: Buffer) -> None: ...
     async def complete(self) -> None: ...
@@ -272,12 +276,11 @@ class _ObstoreUpload:
     the three requests of a multipart upload (start, part, complete).
     """
 
-    def __init__(self, store: Any, key: str, local: bool = False) -> None:
+    def __init__(self, store: Any, key: str) -> None:
         self._store, self._key = store, key
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=UPLOAD_QUEUE_PARTS)
         self._task: asyncio.Task[Any] | None = None
         self._held: Buffer | None = None
-        self._local = local  # a local file system: a small object is written inline
 
     async def _source(self) -> Any:
         while True:
@@ -322,9 +325,6 @@ class _ObstoreUpload:
     async def complete(self) -> None:
         if self._task is None:  # one part at most: a plain PUT
             held, self._held = self._held, None
-            if self._local and (held is None or len(held) <= INLINE_WRITE_BYTES):
-                write_local("/" + self._key, held or b"", create=False)
-                return
             data = held if isinstance(held, bytes | bytearray) else bytes(held or b"")
             try:
                 await obstore.put_async(self._store, self._key, data)
@@ -509,7 +509,9 @@ class ObstoreBackend:
 
     def upload(self, key: str) -> Upload:
         _mark_obstore_used()
-        return _ObstoreUpload(self.store, key, self._pread)
+        if self._pread:  # a local file system: written here, part by part
+            return LocalFileUpload("/" + key)
+        return _ObstoreUpload(self.store, key)
 
     async def remove_empty_dirs(self, prefix: str) -> None:
         """Local file systems: remove the directories left empty under ``prefix``."""
@@ -539,7 +541,8 @@ def _temp_name(path: str) -> str:
 
 #: Most bytes an object written to a local file system may have to be written on the event
 #: loop (new file, write, rename or link: tens of microseconds, where a round trip through a
-#: worker thread costs hundreds); larger objects go through obstore's threads.
+#: worker thread costs hundreds); larger objects are written on worker threads (obstore's,
+#: or :class:`LocalFileUpload`'s).
 INLINE_WRITE_BYTES = 256 * 1024
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
@@ -579,6 +582,103 @@ def write_local(path: str, data: Buffer, *, create: bool) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise map_error(exc, path.lstrip("/")) from exc
+
+
+class LocalFileUpload:
+    """An object of a local file system written as obstore's local store writes it (a
+    temporary file beside it, renamed over it when complete, so readers never see part of
+    it), with its parts written by ``writev`` on a worker thread: no copy joins them, and
+    the event loop never waits for the disk. An object of at most ``INLINE_WRITE_BYTES`` is
+    written at :meth:`complete`, on the calling thread (:func:`write_local`)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._held: list[Buffer] = []
+        self._held_bytes = 0
+        self._tmp: str | None = None
+        self._fd: int | None = None
+        self._busy: asyncio.Future[None] | None = None  # the write running on its thread
+
+    async def write(self, data: Buffer) -> None:
+        await self.write_parts([data])
+
+    async def write_parts(self, parts: Sequence[Buffer]) -> None:
+        """Append ``parts``, in order."""
+        if self._fd is None:
+            self._held.extend(parts)
+            self._held_bytes += sum(memoryview(p).nbytes for p in parts)
+            if self._held_bytes <= INLINE_WRITE_BYTES:
+                return
+            parts, self._held, self._held_bytes = self._held, [], 0
+        self._busy = asyncio.ensure_future(asyncio.to_thread(self._write, parts))
+        # (shielded: a cancelled caller leaves the thread writing, and _busy says when it is
+        # done, so that abort never closes the file under it)
+        await asyncio.shield(self._busy)
+
+    def _write(self, parts: Sequence[Buffer]) -> None:
+        try:
+            if self._fd is None:
+                self._tmp = _temp_name(self._path)
+                try:
+                    self._fd = os.open(self._tmp, _CREATE_FLAGS, 0o666)
+                except FileNotFoundError:
+                    os.makedirs(os.path.dirname(self._path), exist_ok=True)
+                    self._fd = os.open(self._tmp, _CREATE_FLAGS, 0o666)
+            views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+            while views:
+                written = os.writev(self._fd, views[:_WRITEV_MAX])
+                while views and written >= views[0].nbytes:
+                    written -= views[0].nbytes
+                    views.pop(0)
+                if written:
+                    views[0] = views[0][written:]
+        except OSError as exc:
+            raise map_error(exc, self._path.lstrip("/")) from exc
+
+    async def complete(self) -> None:
+        if self._fd is None:  # small: one write, here
+            held, self._held = self._held, []
+            data = held[0] if len(held) == 1 else b"".join(held)
+            write_local(self._path, data, create=False)
+            return
+        await asyncio.to_thread(self._finish)
+
+    def _finish(self) -> None:
+        assert self._fd is not None and self._tmp is not None
+        fd, self._fd = self._fd, None
+        try:
+            os.close(fd)
+            os.replace(self._tmp, self._path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            raise map_error(exc, self._path.lstrip("/")) from exc
+
+    async def abort(self) -> None:
+        self._held = []
+        busy = self._busy
+        if busy is not None and not busy.done():  # discarded once its thread is done
+            busy.add_done_callback(self._discard_after)
+            return
+        self._discard()
+
+    def _discard_after(self, write: asyncio.Future[None]) -> None:
+        if not write.cancelled():
+            write.exception()  # (its failure is moot now: the upload is abandoned)
+        self._discard()
+
+    def _discard(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+
+
+#: Most buffers one ``writev`` call takes (Linux's IOV_MAX is 1024).
+_WRITEV_MAX = 1024
 
 
 def rewrite_local(path: str, data: bytes) -> None:

@@ -803,9 +803,13 @@ class ObjectWriter:
     async def _flush(self) -> None:
         if not self._pending:
             return
-        part = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
+        parts, self._pending, self._pending_bytes = self._pending, [], 0
         assert self._upload is not None
+        write_parts = getattr(self._upload, "write_parts", None)
+        if write_parts is not None and len(parts) > 1:  # no join (a copy on the event loop)
+            await self._store._bounded(write_parts(parts), f"upload of {self.path}")
+            return
+        part = parts[0] if len(parts) == 1 else b"".join(parts)
         await self._store._bounded(self._upload.write(part), f"upload of {self.path}")
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -3,6 +3,8 @@ same files, the same atomicity and the same errors as obstore's local store."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -120,3 +122,74 @@ async def test_pylance_reads_hints_written_in_place(tmp_path: Path) -> None:
     assert hint.read_text() == '{"version":13}'
     lance.write_dataset(pa.table({"a": [13]}), uri, mode="append")
     assert (await (await alance.open_dataset(uri)).count_rows()) == 14
+
+
+async def test_large_objects_written_part_by_part_without_joining(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data file larger than the inline limit is written by the store's own upload, its
+    gathered parts with writev (not joined, not through obstore): the same bytes, visible
+    only once complete; an abandoned one leaves nothing; a failure is a mapped error."""
+    calls: list[str] = []
+    real = backends.obstore.put_async
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        calls.append(str(args[1]))
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends.obstore, "put_async", counted)
+    joined: list[int] = []
+    real_write_parts = backends.LocalFileUpload.write_parts
+
+    async def spy(self: backends.LocalFileUpload, parts: list[bytes]) -> None:
+        joined.append(len(parts))
+        await real_write_parts(self, parts)
+
+    monkeypatch.setattr(backends.LocalFileUpload, "write_parts", spy)
+    store = open_store(str(tmp_path / "ds"), None)
+    chunks = [os.urandom(n) for n in (5, 300_000, 0, 70_000, 3 * 1024 * 1024, 1)]
+    async with store.open_writer("data/big.lance", part_size=1024 * 1024) as out:
+        for c in chunks:
+            await out.write(c)
+            await out.write(memoryview(c))
+        assert not (tmp_path / "ds" / "data" / "big.lance").exists()  # not yet visible
+    expected = b"".join(c + c for c in chunks)
+    assert (tmp_path / "ds" / "data" / "big.lance").read_bytes() == expected
+    assert calls == []
+    assert max(joined) > 1  # gathered writes handed over as they are
+    assert _files(tmp_path / "ds") == ["data/big.lance"]  # no temporary file left
+    # Abandoned half-way: neither the object nor a temporary file remains.
+    with pytest.raises(RuntimeError):
+        async with store.open_writer("data/gone.lance", part_size=1024 * 1024) as out:
+            await out.write(os.urandom(2 * 1024 * 1024))
+            await out.write(os.urandom(2 * 1024 * 1024))
+            raise RuntimeError("stop")
+    assert _files(tmp_path / "ds") == ["data/big.lance"]
+    # A write that cannot happen is reported as a mapped error, and leaves nothing.
+    (tmp_path / "ds" / "blocked").write_bytes(b"a file where a directory should be")
+    upload = store.backend.upload(store._key("blocked/x.lance"))
+    with pytest.raises(NotFoundError):
+        await upload.write(os.urandom(backends.INLINE_WRITE_BYTES + 1))
+    await upload.abort()
+    assert _files(tmp_path / "ds") == ["blocked", "data/big.lance"]
+
+
+async def test_abandoned_while_its_thread_writes(tmp_path: Path) -> None:
+    """A caller cancelled during a write leaves the thread writing; abandoning the upload
+    then removes the temporary file once that write is done (never closing it under the
+    thread), and the object never appears."""
+    store = open_store(str(tmp_path / "ds"), None)
+    upload = store.backend.upload(store._key("data/x.lance"))
+    task = asyncio.ensure_future(upload.write(bytes(64 * 1024 * 1024)))
+    for _ in range(1000):  # until the thread has created the temporary file
+        if _files(tmp_path / "ds"):
+            break
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await upload.abort()
+    for _ in range(2000):  # the thread finishes, then the file goes
+        if not _files(tmp_path / "ds"):
+            break
+        await asyncio.sleep(0.005)
+    assert _files(tmp_path / "ds") == []
