@@ -45,8 +45,9 @@ def test_write_local_errors_are_mapped(tmp_path: Path) -> None:
     assert _files(tmp_path) == ["file"]
 
 
-async def test_store_writes_small_inline_and_large_through_obstore(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def obstore_puts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys obstore's ``put_async`` is called with (the calls still go through)."""
     calls: list[str] = []
     real = backends.obstore.put_async
 
@@ -55,6 +56,12 @@ async def test_store_writes_small_inline_and_large_through_obstore(
         return await real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(backends.obstore, "put_async", counted)
+    return calls
+
+
+async def test_store_writes_small_inline_and_large_through_obstore(
+        tmp_path: Path, obstore_puts: list[str]) -> None:
+    calls = obstore_puts
     store = open_store(str(tmp_path / "ds"), None)
     await store.put("small", b"s" * 100)
     await store.put_if_absent("_versions/1.manifest", b"m")
@@ -125,18 +132,11 @@ async def test_pylance_reads_hints_written_in_place(tmp_path: Path) -> None:
 
 
 async def test_large_objects_written_part_by_part_without_joining(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, obstore_puts: list[str]) -> None:
     """A data file larger than the inline limit is written by the store's own upload, its
     gathered parts with writev (not joined, not through obstore): the same bytes, visible
     only once complete; an abandoned one leaves nothing; a failure is a mapped error."""
-    calls: list[str] = []
-    real = backends.obstore.put_async
-
-    async def counted(*args: object, **kwargs: object) -> object:
-        calls.append(str(args[1]))
-        return await real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(backends.obstore, "put_async", counted)
+    calls = obstore_puts
     joined: list[int] = []
     real_write_parts = backends.LocalFileUpload.write_parts
 
