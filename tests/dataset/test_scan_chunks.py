@@ -8,6 +8,8 @@ path, with deletions, and compare with pylance on the same dataset.
 
 from __future__ import annotations
 
+from typing import Any
+
 import lance
 import numpy as np
 import pyarrow as pa
@@ -57,8 +59,8 @@ def test_other_columns_come_in_many_pieces(dataset: str, where: str) -> None:
     flight at once), the rows come out complete and in order."""
     ours = al.open_dataset(dataset)
     scanner = ours.scanner(columns=["s", "v"], filter=where)
-    scanner._async._rest_rows = 3000  # dozens of pieces per chunk
-    got = scanner.to_table()
+    scanner._async._rest_rows = 3000  # dozens of pieces per chunk (streamed scans)
+    got = scanner.to_reader().read_all()
     want = lance.dataset(dataset).to_table(columns=["s", "v"], filter=where)
     assert got.num_rows == want.num_rows > 0
     assert got.equals(want.cast(got.schema))
@@ -144,3 +146,48 @@ def test_small_scans_are_cut_for_every_decoding_thread(dataset: str) -> None:
     got = ours.to_table(columns=["v", "s"])
     want = lance.dataset(dataset).to_table(columns=["v", "s"])
     assert got.equals(want.cast(got.schema))
+
+
+def test_tables_read_larger_chunks_than_streams(dataset: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``to_table`` cuts a scan into chunks TABLE_CHUNK_FACTOR times larger than a stream's
+    (a table holds every row anyway); both give pylance's rows, filtered or not."""
+    from alance.dataset.query import scan
+
+    seen: list[int] = []  # the rest_rows each chunk read was given
+    real = scan.Scanner._read_chunk
+
+    async def spy(self: scan.Scanner, chunk: Any, rest_rows: int) -> list[pa.RecordBatch]:
+        seen.append(rest_rows)
+        return await real(self, chunk, rest_rows)
+
+    monkeypatch.setattr(scan.Scanner, "_read_chunk", spy)
+    ours = al.open_dataset(dataset, storage_options={"scan_chunk_bytes": str(4 << 20)})
+    for where in (None, "k < 600", "k < 3"):
+        scanner = ours.scanner(columns=["v", "s", "k"], filter=where)
+        streamed, table = scanner._async._streamed_sizes(), scanner._async._table_sizes()
+        assert table.rest_rows > streamed.rest_rows
+        assert table.chunk_rows >= streamed.chunk_rows
+        assert table.rest_rows <= scan.TABLE_CHUNK_FACTOR * streamed.rest_rows + 1024
+        seen.clear()
+        got = scanner.to_table()
+        assert set(seen) == {table.rest_rows}
+        seen.clear()
+        streamed_got = scanner.to_reader().read_all()
+        assert set(seen) == {streamed.rest_rows}
+        want = lance.dataset(dataset).to_table(columns=["v", "s", "k"], filter=where)
+        assert got.num_rows == want.num_rows > 0
+        assert got.equals(want.cast(got.schema))
+        assert streamed_got.equals(got)
+
+
+def test_limits_and_fixed_chunks_keep_their_cuts(dataset: str) -> None:
+    """A limit, or chunk rows the caller chose, cut a table like a stream."""
+    from alance.dataset.query.scan import Scanner
+
+    ours = al.open_dataset(dataset)
+    for inner in (ours.scanner(columns=["v"], limit=10)._async,
+                  Scanner(ours._async._ctx, columns=["v"], chunk_rows=5000)):
+        assert inner._table_sizes() == inner._streamed_sizes()
+    got = ours.scanner(columns=["v"], limit=10).to_table()
+    assert got.equals(lance.dataset(dataset).to_table(columns=["v"], limit=10))

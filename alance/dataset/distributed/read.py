@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from alance._proto import table_pb2
 from alance.dataset.fragments.read import ReadContext
-from alance.dataset.query.scan import Scanner, _Chunk
+from alance.dataset.query.scan import Scanner, _Chunk, _Sizes
 from alance.errors import InvalidInputError
 
 
@@ -106,12 +106,12 @@ class RangeScanner(Scanner):
     def _plan_fragments(self) -> tuple[list[table_pb2.DataFragment], int]:
         return self.fragments, 0
 
-    async def _chunks(self, fragments: list[table_pb2.DataFragment],
+    async def _chunks(self, fragments: list[table_pb2.DataFragment], sizes: _Sizes,
                       ) -> AsyncGenerator[_Chunk, None]:
         by_id = {f.id: f for f in fragments}
         for task in self.tasks:
             start, end = task.start, task.end
-            async for chunk in super()._chunks([by_id[task.fragment_id]]):
+            async for chunk in super()._chunks([by_id[task.fragment_id]], sizes):
                 lo, hi = max(chunk.start, start), min(chunk.end, end)
                 if hi > lo:
                     yield _Chunk(chunk.fragment, lo, hi)

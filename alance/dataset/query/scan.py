@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Any, TypeVar
 
@@ -70,6 +70,13 @@ def default_batch_size() -> int:
     return value
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
+#: :meth:`Scanner.to_table` reads chunks this many times the store's ``scan_chunk_bytes``
+#: (at most ``TABLE_CHUNK_MAX_BYTES``): a table holds every row it reads anyway, so larger
+#: chunks add little to its peak memory, and they halve the decoding threads' per-step costs
+#: (numpy calls, GIL hand-offs, mappings). Streamed scans keep the smaller chunks, which
+#: bound their memory.
+TABLE_CHUNK_FACTOR = 4
+TABLE_CHUNK_MAX_BYTES = 64 * 1024 * 1024
 #: Gathers of at least this many rows (the non-filter columns of a filtered scan) run on a
 #: worker thread (Arrow's take releases the GIL), not on the event loop.
 _OFFLOAD_TAKE_ROWS = 16 * 1024
@@ -186,6 +193,15 @@ class _Chunk:
         return await self.fragment.read_rows(fields, self.rows().astype(np.int64))
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """How a scan cuts its rows (see :meth:`Scanner._sizes_for`)."""
+
+    chunk_rows: int  # rows per chunk (whole row groups)
+    rest_rows: int  # rows per read of a filtered chunk's other columns
+    short: bool  # chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group)
+
+
 class Scanner:
     """A configured scan of one dataset version (see :meth:`LanceDataset.scanner`)."""
 
@@ -233,8 +249,7 @@ class Scanner:
         self.limit = limit
         self.offset = offset or 0
         self.batch_size = batch_size or default_batch_size()
-        # Rows read per chunk: enough to amortise per-request costs, never fewer than a batch.
-        self.chunk_rows = max(self.batch_size, chunk_rows)
+        self._chunk_rows_arg = chunk_rows
         self.read_ahead = max(1, read_ahead)
         self.strict_batch_size = strict_batch_size
         arrow_schema = schema.to_arrow()
@@ -259,35 +274,22 @@ class Scanner:
         self.read_fields = self.projection + extra
         #: The fields a filtered scan reads first (the rest only for rows that pass).
         self._filter_fields = extra + [f for f in self.projection if f.name in self._filter_names]
-        if chunk_rows == DEFAULT_CHUNK_ROWS and limit is None:  # narrow rows: bigger chunks
-            self.chunk_rows = chunk_rows_for(self.read_fields, self.chunk_rows,
-                                             ctx.store.scan_chunk_bytes)
-        #: Rows per read of the other projected columns of a filtered scan (bounds memory).
-        self._rest_rows = self.chunk_rows
+        #: A short ``limit`` (head(), a first page) reads no more than it returns: chunks of
+        #: about the rows wanted (whole row groups still), scheduled only while needed.
         self._limit_chunks = (self.filter is None and limit is not None
                               and chunk_rows == DEFAULT_CHUNK_ROWS)
-        if self._limit_chunks:
-            # A short ``limit`` (head(), a first page) reads no more than it returns: chunks
-            # of about the rows wanted (whole row groups still), scheduled only while needed.
-            self.chunk_rows = max(1, min(self.chunk_rows, self.offset + (limit or 0)))
-        #: Chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group).
-        self._short = self._limit_chunks and self.chunk_rows < 1024
-        if self.filter is not None and chunk_rows == DEFAULT_CHUNK_ROWS and limit is None \
-                and self._filter_fields:
-            # The filter phase reads only the filter columns: size its chunks by those, so a
-            # selective filter pays per-chunk costs (requests, plan steps, takes) few times.
-            self.chunk_rows = max(self.chunk_rows,
-                                  chunk_rows_for(self._filter_fields, self.chunk_rows,
-                                                 ctx.store.scan_chunk_bytes))
         if fragments is None:
             self.fragments: list[table_pb2.DataFragment] = ctx.snapshot.fragments
         else:
             wanted = {int(getattr(f, "fragment_id", getattr(f, "id", f))) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
-        if self.filter is None and not self._limit_chunks and chunk_rows == DEFAULT_CHUNK_ROWS:
-            # A scan smaller than a chunk per decoding thread: a piece for each
-            self.chunk_rows = _per_worker(sum(int(f.physical_rows) for f in self.fragments),
-                                          self.chunk_rows, self.read_fields)
+        sizes = self._sizes_for(ctx.store.scan_chunk_bytes)
+        #: Rows per chunk (streamed scans; :meth:`to_table` sizes its own, see ``_Sizes``).
+        self.chunk_rows = sizes.chunk_rows
+        #: Rows per read of the other projected columns of a filtered scan (bounds memory).
+        self._rest_rows = sizes.rest_rows
+        #: Chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group).
+        self._short = sizes.short
         # The scalar indices narrowing this filter (alance.dataset.query.indices.planner).
         self._index_plan = plan_filter(ctx, filter) if use_index else None
         self._index_rows: dict[int, Any] | None = None
@@ -298,6 +300,39 @@ class Scanner:
         self._learn = ([(i, f) for i, f in enumerate(self._filter_fields)
                         if f.name in self._pruner.columns and learnable(f)]
                        if self._pruner is not None else [])
+
+    def _sizes_for(self, chunk_bytes: int) -> _Sizes:
+        """How to cut this scan for about ``chunk_bytes`` of decoded values a chunk."""
+        default = self._chunk_rows_arg == DEFAULT_CHUNK_ROWS
+        # Enough rows to amortise per-request costs, never fewer than a batch.
+        rows = max(self.batch_size, self._chunk_rows_arg)
+        if default and self.limit is None:  # narrow rows: bigger chunks
+            rows = chunk_rows_for(self.read_fields, rows, chunk_bytes)
+        rest = rows
+        if self._limit_chunks:
+            rows = max(1, min(rows, self.offset + (self.limit or 0)))
+        short = self._limit_chunks and rows < 1024
+        if self.filter is not None and default and self.limit is None and self._filter_fields:
+            # The filter phase reads only the filter columns: size its chunks by those, so a
+            # selective filter pays per-chunk costs (requests, plan steps, takes) few times.
+            rows = max(rows, chunk_rows_for(self._filter_fields, rows, chunk_bytes))
+        if self.filter is None and not self._limit_chunks and default:
+            # A scan smaller than a chunk per decoding thread: a piece for each
+            rows = _per_worker(sum(int(f.physical_rows) for f in self.fragments), rows,
+                               self.read_fields)
+        return _Sizes(rows, rest, short)
+
+    def _streamed_sizes(self) -> _Sizes:
+        return _Sizes(self.chunk_rows, self._rest_rows, self._short)
+
+    def _table_sizes(self) -> _Sizes:
+        """The cuts of :meth:`to_table`: chunks :data:`TABLE_CHUNK_FACTOR` times larger
+        (at most :data:`TABLE_CHUNK_MAX_BYTES`) when the scan sizes its own chunks."""
+        if self._chunk_rows_arg != DEFAULT_CHUNK_ROWS or self._limit_chunks:
+            return self._streamed_sizes()
+        budget = self.ctx.store.scan_chunk_bytes
+        return self._sizes_for(max(budget, min(TABLE_CHUNK_FACTOR * budget,
+                                               TABLE_CHUNK_MAX_BYTES)))
 
     @property
     def dataset_schema(self) -> pa.Schema:
@@ -344,7 +379,7 @@ class Scanner:
             skipped += live
         return [], skipped
 
-    async def _chunks(self, fragments: list[table_pb2.DataFragment],
+    async def _chunks(self, fragments: list[table_pb2.DataFragment], sizes: _Sizes,
                       ) -> AsyncGenerator[_Chunk, None]:
         # Fragments an index covers: only the rows it selects.
         if self._index_plan is not None and self._index_rows is None:
@@ -352,18 +387,18 @@ class Scanner:
         for frag in fragments:
             reader = self.ctx.fragment(frag)
             if self._index_rows is not None and frag.id in self._index_rows:
-                for runs in index_runs(self._index_rows[frag.id], self.chunk_rows):
+                for runs in index_runs(self._index_rows[frag.id], sizes.chunk_rows):
                     yield _Chunk(reader, runs[0][0], runs[-1][1], runs)
                 continue
             bounds = await reader.row_group_bounds()
             maybe = await self._pruner.ranges(frag) if self._pruner is not None else None
-            if self._short:  # a short limit: exactly the rows wanted, not whole row groups
-                for start in range(0, reader.physical_rows, self.chunk_rows):
-                    yield _Chunk(reader, start, min(start + self.chunk_rows,
+            if sizes.short:  # a short limit: exactly the rows wanted, not whole row groups
+                for start in range(0, reader.physical_rows, sizes.chunk_rows):
+                    yield _Chunk(reader, start, min(start + sizes.chunk_rows,
                                                     reader.physical_rows))
                 continue
             layout = np.asarray(bounds, np.int64).tobytes()
-            for start, end in _spans(layout, self.chunk_rows, reader.physical_rows):
+            for start, end in _spans(layout, sizes.chunk_rows, reader.physical_rows):
                 parts = [(start, end)] if maybe is None or self._pruner is None else (
                     await self._pruner.split(reader, maybe, start, end))
                 if len(parts) > 1:  # pieces of one span that statistics could not skip
@@ -380,7 +415,7 @@ class Scanner:
             if zones is not None and not zones.complete(f.id):
                 zones.learn(f, chunk.start, head.column(i))
 
-    async def _read_chunk(self, chunk: _Chunk) -> list[pa.RecordBatch]:
+    async def _read_chunk(self, chunk: _Chunk, rest_rows: int) -> list[pa.RecordBatch]:
         """The result rows of one chunk (one or more batches, in order): deletions removed,
         filter applied, projected."""
         fragment = chunk.fragment
@@ -436,7 +471,7 @@ class Scanner:
                         else chunk.rows()[positions].astype(np.int64))
         else:
             physical = offsets[positions].astype(np.int64)
-        step = self._rest_rows  # rows of the other columns per read: bounds memory
+        step = rest_rows  # rows of the other columns per read: bounds memory
         jobs: list[Callable[[], Awaitable[pa.RecordBatch]]] = []
 
         def joined(lo: int, hi: int, tail: pa.RecordBatch) -> pa.RecordBatch:
@@ -502,7 +537,7 @@ class Scanner:
         batch = await self._with_system_columns(batch, fragment, offsets, dead)
         return batch.select(self._output_names)
 
-    async def _filtered_batches(self, fragments: list[table_pb2.DataFragment],
+    async def _filtered_batches(self, fragments: list[table_pb2.DataFragment], sizes: _Sizes,
                                 need: int | None = None,
                                 ) -> AsyncGenerator[pa.RecordBatch, None]:
         """Result batches in order, ``read_ahead`` chunks in flight. ``need``: the rows an
@@ -510,7 +545,7 @@ class Scanner:
         consumer stops early), unless deletions left the ones read short."""
         pending: list[asyncio.Task[list[pa.RecordBatch]]] = []
         pending_rows: list[int] = []
-        chunks = self._chunks(fragments)
+        chunks = self._chunks(fragments, sizes)
         exhausted = False
         got = 0
         try:
@@ -521,7 +556,7 @@ class Scanner:
                     if chunk is None:
                         exhausted = True
                         break
-                    pending.append(asyncio.ensure_future(self._read_chunk(chunk)))
+                    pending.append(asyncio.ensure_future(self._read_chunk(chunk, sizes.rest_rows)))
                     pending_rows.append(len(chunk.rows()) if chunk.parts is not None
                                         else chunk.end - chunk.start)
                 if not pending:
@@ -542,11 +577,18 @@ class Scanner:
         """Stream the result as record batches of at most ``batch_size`` rows (exactly
         ``batch_size`` but for the last with ``strict_batch_size``)."""
         stream = self._batches()
+        if self.strict_batch_size:
+            stream = self._strict_batches(stream)
         try:
-            if not self.strict_batch_size:
-                async for batch in stream:
-                    yield batch
-                return
+            async for batch in stream:
+                yield batch
+        finally:
+            await stream.aclose()
+
+    async def _strict_batches(self, stream: AsyncGenerator[pa.RecordBatch, None],
+                              ) -> AsyncGenerator[pa.RecordBatch, None]:
+        """``stream`` re-cut into batches of exactly ``batch_size`` rows (but the last)."""
+        try:
             held: list[pa.RecordBatch] = []
             rows = 0
             async for batch in stream:
@@ -564,9 +606,13 @@ class Scanner:
         finally:
             await stream.aclose()
 
-    async def _batches(self, split: bool = True) -> AsyncGenerator[pa.RecordBatch, None]:
+    async def _batches(self, split: bool = True, sizes: _Sizes | None = None,
+                       ) -> AsyncGenerator[pa.RecordBatch, None]:
         """The result in order; ``split``: in pieces of at most ``batch_size`` rows (else as
-        read, for a caller that splits them itself)."""
+        read, for a caller that splits them itself); ``sizes``: how to cut the scan (default:
+        as streamed)."""
+        if sizes is None:
+            sizes = self._streamed_sizes()
         fragments, skipped = self._plan_fragments()
         skip = self.offset - skipped
         remaining = self.limit
@@ -576,9 +622,9 @@ class Scanner:
         if need is not None and self._limit_chunks:
             # Fragments before the offset were skipped unread: size chunks by the rows
             # still wanted from the rest, not by the dataset-wide offset.
-            self.chunk_rows = max(1, min(self.chunk_rows, need))
-            self._short = self.chunk_rows < 1024
-        stream = self._filtered_batches(fragments, need)
+            rows = max(1, min(sizes.chunk_rows, need))
+            sizes = replace(sizes, chunk_rows=rows, short=rows < 1024)
+        stream = self._filtered_batches(fragments, sizes, need)
         try:
             async for batch in stream:
                 if skip:
@@ -608,11 +654,12 @@ class Scanner:
     async def to_table(self) -> pa.Table:
         """The whole result as one table (in chunks of ``batch_size`` rows, as
         :meth:`to_batches` streams them)."""
+        sizes = self._table_sizes()
         if self.strict_batch_size:
-            batches = [b async for b in self.to_batches()]
+            batches = [b async for b in self._strict_batches(self._batches(sizes=sizes))]
         else:  # read batches cut up here, not passed on one by one through the stream
             step = self.batch_size
-            stream = self._batches(split=False)
+            stream = self._batches(split=False, sizes=sizes)
             try:
                 batches = [b.slice(start, step) async for b in stream
                            for start in range(0, b.num_rows, step)]
