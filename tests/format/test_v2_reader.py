@@ -345,13 +345,35 @@ def test_unpack_fastlanes_every_width(t: int) -> None:
 
 
 @pytest.mark.parametrize("t", [8, 16, 32, 64])
-def test_full_width_blocks_unpack_across_tiles(t: int) -> None:
+def test_full_width_blocks_unpack_across_tiles(t: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many full-width blocks (the rows only move) unpack block by block alike."""
+    from alance.format.v2 import kernels
+
+    monkeypatch.setattr(kernels, "UNPACK_TILE_BYTES", 7 * 128 * t)  # 7 blocks a tile
     rng = np.random.default_rng(t)
     vals = rng.integers(0, 1 << (t - 1), (300, 1024), dtype=np.uint64)
     packed = np.stack([_fastlanes_pack(v, t, t) for v in vals[:3]] * 100)
     assert np.array_equal(unpack_fastlanes(packed, t, t), np.concatenate(
         [vals[:3].astype(f"<u{t // 8}")] * 100))
+
+
+@pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 5), (32, 17), (64, 15), (64, 22), (64, 24),
+                                    (64, 51), (64, 62), (64, 63)])
+def test_tiles_of_blocks_unpack_like_one_pass(t: int, w: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks unpacked in tiles of a few blocks (a ragged last tile) give what one pass over
+    all of them gives, whichever way the width's spilling rows are merged in."""
+    from alance.format.v2 import kernels
+
+    rng = np.random.default_rng(t * w)
+    vals = rng.integers(0, 1 << w, (4, 1024), dtype=np.uint64)
+    packed = np.stack([_fastlanes_pack(v, t, w) for v in vals] * 5)  # 20 blocks
+    want = np.concatenate([vals.astype(f"<u{t // 8}")] * 5)
+    monkeypatch.setattr(kernels, "UNPACK_TILE_BYTES", 1 << 30)
+    assert np.array_equal(unpack_fastlanes(packed, t, w), want)
+    monkeypatch.setattr(kernels, "UNPACK_TILE_BYTES", 3 * 128 * t)  # 3 blocks a tile
+    out = np.full((20, 1024), 7, dtype=f"<u{t // 8}")
+    assert np.array_equal(unpack_fastlanes(packed, t, w, out=out), want)
 
 
 @pytest.mark.parametrize(("t", "w"), [(8, 3), (16, 1), (16, 16), (32, 17), (64, 10), (64, 63)])
