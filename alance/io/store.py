@@ -71,6 +71,15 @@ DEFAULT_TAIL_BYTES = 16 * 1024
 #: table in 0.63 s of CPU against 0.87 s for 8 MiB ones, and a streaming scan of 10M rows
 #: peaked at 451 MB RSS against 358 MB (pylance: 852-899 MB).
 DEFAULT_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
+#: A scan that builds one table (``to_table``) reads chunks this many times
+#: ``scan_chunk_bytes`` on local disk (at most :data:`TABLE_CHUNK_MAX_BYTES`): the table holds
+#: every row it reads, so larger chunks add little to its peak memory, and they cut the
+#: decoding threads' per-step costs (numpy calls, GIL hand-offs, mappings): a 10M-row 2.1
+#: full scan 1.49 -> 1.18 s. Cloud stores use 1: there a larger chunk leaves the decoding
+#: threads idle longer while its first pieces arrive (2M rows over S3 at +20 ms a request:
+#: 0.52 s at 32 MiB, 0.59 s at 64 MiB).
+DEFAULT_TABLE_CHUNK_FACTOR = 4
+TABLE_CHUNK_MAX_BYTES = 64 * 1024 * 1024
 #: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
 #: disks read them one after another, so batching only saves per-call overhead; cloud stores
 #: use 1 so that every HTTP request holds its own slot of the bound.
@@ -161,6 +170,9 @@ class DatasetStore:
         scan_chunk_bytes: decoded bytes a scan reads per chunk (all its columns): bigger
             chunks mean fewer, larger requests, for stores where each request costs a round
             trip; memory stays bounded by a few chunks.
+        table_chunk_factor: a scan into one table reads chunks this many times
+            ``scan_chunk_bytes`` (at most :data:`TABLE_CHUNK_MAX_BYTES`, never less than
+            ``scan_chunk_bytes``): see :data:`DEFAULT_TABLE_CHUNK_FACTOR`.
         tail_bytes: bytes read from the end of a file to open it (footer and metadata).
         block_cache_bytes: bytes of the process-wide block cache for small reads of data and
             index files (:mod:`alance.io.block_cache`); 0 (local stores) reads uncached.
@@ -190,6 +202,7 @@ class DatasetStore:
                  limiter_key: str | None = None,
                  ranges_per_request: int = DEFAULT_RANGES_PER_REQUEST,
                  scan_chunk_bytes: int = DEFAULT_SCAN_CHUNK_BYTES,
+                 table_chunk_factor: int = DEFAULT_TABLE_CHUNK_FACTOR,
                  tail_bytes: int = DEFAULT_TAIL_BYTES,
                  block_cache_bytes: int = 0,
                  deadline: float = DEFAULT_DEADLINE,
@@ -216,6 +229,7 @@ class DatasetStore:
         self.split_bytes = split_bytes
         self.ranges_per_request = max(1, ranges_per_request)
         self.scan_chunk_bytes = max(1, scan_chunk_bytes)
+        self.table_chunk_factor = max(1, table_chunk_factor)
         self.tail_bytes = max(64, tail_bytes)
         self.block_cache = shared_cache(block_cache_bytes) if block_cache_bytes > 0 else None
         self.version_hint = version_hint
@@ -238,6 +252,12 @@ class DatasetStore:
         if self._after_fork is not None:
             fallback = self._after_fork
             self._after_fork = lambda: wrap(fallback())
+
+    @property
+    def table_chunk_bytes(self) -> int:
+        """Decoded bytes per chunk of a scan into one table (see ``table_chunk_factor``)."""
+        scan = self.scan_chunk_bytes
+        return max(scan, min(self.table_chunk_factor * scan, TABLE_CHUNK_MAX_BYTES))
 
     @property
     def backend(self) -> Backend:

@@ -155,7 +155,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
 def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     policy: dict[str, Any] = {}
     for name in ("max_concurrency", "coalesce_bytes", "max_retries", "scan_chunk_bytes",
-                 "tail_bytes", "block_cache_bytes"):
+                 "table_chunk_factor", "tail_bytes", "block_cache_bytes"):
         if name in options:
             try:
                 policy[name] = int(options.pop(name))
@@ -229,6 +229,7 @@ def _open(uri: str | os.PathLike[str], options: dict[str, Any]) -> DatasetStore:
     store = build_cloud_store(cloud, parsed.netloc, options, CLOUD_RETRY_CONFIG)
     policy.setdefault("coalesce_bytes", CLOUD_COALESCE_BYTES)
     policy.setdefault("scan_chunk_bytes", CLOUD_SCAN_CHUNK_BYTES)
+    policy.setdefault("table_chunk_factor", 1)
     policy.setdefault("ranges_per_request", 1)
     policy.setdefault("tail_bytes", CLOUD_TAIL_BYTES)
     policy.setdefault("block_cache_bytes", DEFAULT_CACHE_BYTES)

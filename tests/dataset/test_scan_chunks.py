@@ -51,6 +51,7 @@ def test_filtered_scan_matches_pylance(dataset: str, where: str,
     assert got.schema.names == ["v", "s", "k", "_rowid"]
     assert got.num_rows == want.num_rows
     assert got.equals(want.select(got.schema.names).cast(got.schema))
+    assert scanner.to_reader().read_all().equals(got)  # (streamed: the chunks above)
 
 
 @pytest.mark.parametrize("where", ["k < 3", "k < 200", "k < 600"])
@@ -150,8 +151,9 @@ def test_small_scans_are_cut_for_every_decoding_thread(dataset: str) -> None:
 
 def test_tables_read_larger_chunks_than_streams(dataset: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """``to_table`` cuts a scan into chunks TABLE_CHUNK_FACTOR times larger than a stream's
-    (a table holds every row anyway); both give pylance's rows, filtered or not."""
+    """On local disk ``to_table`` cuts a scan into chunks ``table_chunk_factor`` times
+    larger than a stream's (a table holds every row anyway); both give pylance's rows,
+    filtered or not."""
     from alance.dataset.query import scan
 
     seen: list[int] = []  # the rest_rows each chunk read was given
@@ -168,7 +170,9 @@ def test_tables_read_larger_chunks_than_streams(dataset: str,
         streamed, table = scanner._async._streamed_sizes(), scanner._async._table_sizes()
         assert table.rest_rows > streamed.rest_rows
         assert table.chunk_rows >= streamed.chunk_rows
-        assert table.rest_rows <= scan.TABLE_CHUNK_FACTOR * streamed.rest_rows + 1024
+        factor = ours._async._ctx.store.table_chunk_factor
+        assert factor > 1
+        assert table.rest_rows <= factor * streamed.rest_rows + 1024
         seen.clear()
         got = scanner.to_table()
         assert set(seen) == {table.rest_rows}
@@ -191,3 +195,24 @@ def test_limits_and_fixed_chunks_keep_their_cuts(dataset: str) -> None:
         assert inner._table_sizes() == inner._streamed_sizes()
     got = ours.scanner(columns=["v"], limit=10).to_table()
     assert got.equals(lance.dataset(dataset).to_table(columns=["v"], limit=10))
+
+
+def test_table_chunks_are_larger_on_local_disk_only(tmp_path: Any) -> None:
+    """Local stores read tables in chunks ``table_chunk_factor`` times a stream's (capped);
+    cloud stores keep a stream's chunks, so decoding starts as soon as pieces arrive."""
+    from alance.io.store import TABLE_CHUNK_MAX_BYTES
+    from alance.io.uri import open_store
+
+    local = open_store(str(tmp_path / "ds"))
+    assert local.table_chunk_bytes == min(local.table_chunk_factor * local.scan_chunk_bytes,
+                                          TABLE_CHUNK_MAX_BYTES) > local.scan_chunk_bytes
+    small = open_store(str(tmp_path / "ds"), {"scan_chunk_bytes": "1000"})
+    assert small.table_chunk_bytes == small.table_chunk_factor * 1000
+    tuned = open_store(str(tmp_path / "ds"), {"scan_chunk_bytes": "1000",
+                                              "table_chunk_factor": "2"})
+    assert tuned.table_chunk_bytes == 2000
+    cloud = open_store("s3://bucket/ds", {"aws_region": "us-east-1",
+                                          "aws_endpoint": "http://127.0.0.1:9",
+                                          "aws_access_key_id": "k",
+                                          "aws_secret_access_key": "s"})
+    assert cloud.table_chunk_bytes == cloud.scan_chunk_bytes

@@ -70,13 +70,6 @@ def default_batch_size() -> int:
     return value
 DEFAULT_READ_AHEAD = 4
 DEFAULT_CHUNK_ROWS = 64 * 1024
-#: :meth:`Scanner.to_table` reads chunks this many times the store's ``scan_chunk_bytes``
-#: (at most ``TABLE_CHUNK_MAX_BYTES``): a table holds every row it reads anyway, so larger
-#: chunks add little to its peak memory, and they halve the decoding threads' per-step costs
-#: (numpy calls, GIL hand-offs, mappings). Streamed scans keep the smaller chunks, which
-#: bound their memory.
-TABLE_CHUNK_FACTOR = 4
-TABLE_CHUNK_MAX_BYTES = 64 * 1024 * 1024
 #: Gathers of at least this many rows (the non-filter columns of a filtered scan) run on a
 #: worker thread (Arrow's take releases the GIL), not on the event loop.
 _OFFLOAD_TAKE_ROWS = 16 * 1024
@@ -326,13 +319,14 @@ class Scanner:
         return _Sizes(self.chunk_rows, self._rest_rows, self._short)
 
     def _table_sizes(self) -> _Sizes:
-        """The cuts of :meth:`to_table`: chunks :data:`TABLE_CHUNK_FACTOR` times larger
-        (at most :data:`TABLE_CHUNK_MAX_BYTES`) when the scan sizes its own chunks."""
-        if self._chunk_rows_arg != DEFAULT_CHUNK_ROWS or self._limit_chunks:
+        """The cuts of :meth:`to_table`: chunks of the store's ``table_chunk_bytes`` (on local
+        disk larger than a stream's, which bound its memory; a table holds every row it
+        reads anyway) when the scan sizes its own chunks."""
+        store = self.ctx.store
+        if (self._chunk_rows_arg != DEFAULT_CHUNK_ROWS or self._limit_chunks
+                or store.table_chunk_bytes == store.scan_chunk_bytes):
             return self._streamed_sizes()
-        budget = self.ctx.store.scan_chunk_bytes
-        return self._sizes_for(max(budget, min(TABLE_CHUNK_FACTOR * budget,
-                                               TABLE_CHUNK_MAX_BYTES)))
+        return self._sizes_for(store.table_chunk_bytes)
 
     @property
     def dataset_schema(self) -> pa.Schema:
