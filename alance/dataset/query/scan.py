@@ -3,7 +3,9 @@
 A scan is cut into *chunks* (runs of whole row groups of one fragment, about ``chunk_rows``
 rows, at least ``batch_size``). Up to ``read_ahead`` chunks are read concurrently while results
 stream out in dataset order; a scan that stops early (limit reached, consumer gone) cancels
-what is still in flight.
+what is still in flight. A scan into one table (:meth:`Scanner.to_table`) is cut into larger
+chunks on local disk (the store's ``table_chunk_bytes``): it keeps every row anyway, and fewer
+chunks mean fewer decoding steps.
 """
 
 from __future__ import annotations
