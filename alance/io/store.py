@@ -76,8 +76,9 @@ DEFAULT_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
 #: every row it reads, so larger chunks add little to its peak memory, and they cut the
 #: decoding threads' per-step costs (numpy calls, GIL hand-offs, mappings): a 10M-row 2.1
 #: full scan 1.49 -> 1.18 s. Cloud stores use 1: there a larger chunk leaves the decoding
-#: threads idle longer while its first pieces arrive (2M rows over S3 at +20 ms a request:
-#: 0.52 s at 32 MiB, 0.59 s at 64 MiB).
+#: threads idle longer while its first pieces arrive, and its longest ranges exceed what is
+#: fetched whole (2M rows over S3 at +20 ms a request: 0.54 s at 32 MiB, 0.56-0.59 s and 25%
+#: more CPU at 64 MiB).
 DEFAULT_TABLE_CHUNK_FACTOR = 4
 TABLE_CHUNK_MAX_BYTES = 64 * 1024 * 1024
 #: Ranges of one object handed to the backend in one call (holding one in-flight slot). Local
