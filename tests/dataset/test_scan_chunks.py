@@ -8,6 +8,7 @@ path, with deletions, and compare with pylance on the same dataset.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import lance
@@ -44,7 +45,7 @@ def test_filtered_scan_matches_pylance(dataset: str, where: str,
     ours = al.open_dataset(dataset)
     scanner = ours.scanner(columns=["v", "s", "k"], filter=where, with_row_id=True)
     inner = scanner._async
-    assert inner.chunk_rows > inner._rest_rows  # the setting this test is about
+    assert inner._streamed.chunk_rows > inner._streamed.rest_rows  # the setting this test is about
     got = scanner.to_table()
     want = lance.dataset(dataset).to_table(columns=["v", "s", "k"], filter=where,
                                            with_row_id=True)
@@ -60,7 +61,8 @@ def test_other_columns_come_in_many_pieces(dataset: str, where: str) -> None:
     flight at once), the rows come out complete and in order."""
     ours = al.open_dataset(dataset)
     scanner = ours.scanner(columns=["s", "v"], filter=where)
-    scanner._async._rest_rows = 3000  # dozens of pieces per chunk (streamed scans)
+    inner = scanner._async  # dozens of pieces per chunk (streamed scans)
+    inner._streamed = dataclasses.replace(inner._streamed, rest_rows=3000)
     got = scanner.to_reader().read_all()
     want = lance.dataset(dataset).to_table(columns=["s", "v"], filter=where)
     assert got.num_rows == want.num_rows > 0
@@ -138,7 +140,7 @@ def test_small_scans_are_cut_for_every_decoding_thread(dataset: str) -> None:
     assert scan._per_worker(10 * 200_000, 200_000, fields) == 200_000  # enough chunks
     assert scan._per_worker(100, 200_000, fields) == 200_000  # a tiny scan: one piece
     big = ours.scanner(columns=["v", "s"])._async
-    assert big.chunk_rows <= -(-ROWS // DECODE_WORKERS)
+    assert big._streamed.chunk_rows <= -(-ROWS // DECODE_WORKERS)
     try:
         set_offloading(False)
         assert scan._per_worker(100_000, 200_000, fields) == 200_000
@@ -167,7 +169,7 @@ def test_tables_read_larger_chunks_than_streams(dataset: str,
     ours = al.open_dataset(dataset, storage_options={"scan_chunk_bytes": str(4 << 20)})
     for where in (None, "k < 600", "k < 3"):
         scanner = ours.scanner(columns=["v", "s", "k"], filter=where)
-        streamed, table = scanner._async._streamed_sizes(), scanner._async._table_sizes()
+        streamed, table = scanner._async._streamed, scanner._async._table_sizes()
         assert table.rest_rows > streamed.rest_rows
         assert table.chunk_rows >= streamed.chunk_rows
         factor = ours._async._ctx.store.table_chunk_factor
@@ -192,7 +194,7 @@ def test_limits_and_fixed_chunks_keep_their_cuts(dataset: str) -> None:
     ours = al.open_dataset(dataset)
     for inner in (ours.scanner(columns=["v"], limit=10)._async,
                   Scanner(ours._async._ctx, columns=["v"], chunk_rows=5000)):
-        assert inner._table_sizes() == inner._streamed_sizes()
+        assert inner._table_sizes() == inner._streamed
     got = ours.scanner(columns=["v"], limit=10).to_table()
     assert got.equals(lance.dataset(dataset).to_table(columns=["v"], limit=10))
 

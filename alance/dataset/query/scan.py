@@ -278,13 +278,8 @@ class Scanner:
         else:
             wanted = {int(getattr(f, "fragment_id", getattr(f, "id", f))) for f in fragments}
             self.fragments = [f for f in ctx.snapshot.fragments if f.id in wanted]
-        sizes = self._sizes_for(ctx.store.scan_chunk_bytes)
-        #: Rows per chunk (streamed scans; :meth:`to_table` sizes its own, see ``_Sizes``).
-        self.chunk_rows = sizes.chunk_rows
-        #: Rows per read of the other projected columns of a filtered scan (bounds memory).
-        self._rest_rows = sizes.rest_rows
-        #: Chunks of exactly ``chunk_rows`` rows (a limit shorter than a row group).
-        self._short = sizes.short
+        #: How streamed scans are cut (:meth:`to_table` cuts its own, see ``_table_sizes``).
+        self._streamed = self._sizes_for(ctx.store.scan_chunk_bytes)
         # The scalar indices narrowing this filter (alance.dataset.query.indices.planner).
         self._index_plan = plan_filter(ctx, filter) if use_index else None
         self._index_rows: dict[int, Any] | None = None
@@ -317,9 +312,6 @@ class Scanner:
                                self.read_fields)
         return _Sizes(rows, rest, short)
 
-    def _streamed_sizes(self) -> _Sizes:
-        return _Sizes(self.chunk_rows, self._rest_rows, self._short)
-
     def _table_sizes(self) -> _Sizes:
         """The cuts of :meth:`to_table`: chunks of the store's ``table_chunk_bytes`` (on local
         disk larger than a stream's, which bound its memory; a table holds every row it
@@ -327,7 +319,7 @@ class Scanner:
         store = self.ctx.store
         if (self._chunk_rows_arg != DEFAULT_CHUNK_ROWS or self._limit_chunks
                 or store.table_chunk_bytes == store.scan_chunk_bytes):
-            return self._streamed_sizes()
+            return self._streamed
         return self._sizes_for(store.table_chunk_bytes)
 
     @property
@@ -608,7 +600,7 @@ class Scanner:
         read, for a caller that splits them itself); ``sizes``: how to cut the scan (default:
         as streamed)."""
         if sizes is None:
-            sizes = self._streamed_sizes()
+            sizes = self._streamed
         fragments, skipped = self._plan_fragments()
         skip = self.offset - skipped
         remaining = self.limit
